@@ -1,0 +1,70 @@
+"""The vocabulary shared by the engine, the rules, the reports and the CLI.
+
+Kept apart so that the CLI and the reporters depend on plain data, never on libcst or a rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+Severity = Literal["change", "declined", "error", "note"]
+BatchPolicy = Literal["per-device", "global"]
+LrPolicy = Literal["none", "linear", "sqrt"]
+FrameworkChoice = Literal["auto", "torch", "tensorflow", "paddle"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What the user chose on the command line; every rule reads the same object."""
+
+    framework: FrameworkChoice = "auto"
+    batch: BatchPolicy = "per-device"
+    scale_lr: LrPolicy = "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One reported site: a change made, a site declined (with the manual fix), an error or a note.
+
+    ``line`` is 1-based, ``col`` is 1-based (as editors and SARIF count), both in the input file.
+    """
+
+    path: str
+    line: int
+    col: int
+    rule: str
+    severity: Severity
+    message: str
+    fix: str | None = None  # for "declined" and "error": what the user should do by hand
+
+    def location(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Conversion:
+    """The result of converting one file: the new bytes (same encoding and line endings) and findings."""
+
+    path: str
+    original: bytes
+    output: bytes
+    findings: tuple[Finding, ...] = ()
+    framework: str | None = None  # "torch", "tensorflow", "paddle", or None when none was detected
+
+    @property
+    def changed(self) -> bool:
+        return self.output != self.original
+
+    @property
+    def has_errors(self) -> bool:
+        return any(f.severity == "error" for f in self.findings)
+
+
+class ConversionError(Exception):
+    """A file that cannot be converted at all (does not parse, is not text). The file is left untouched."""
+
+    def __init__(self, path: str, reason: str, line: int | None = None, col: int | None = None):
+        self.path, self.reason, self.line, self.col = path, reason, line, col
+        where = path if line is None else f"{path}:{line}:{col or 1}"
+        super().__init__(f"{where}: {reason}")
