@@ -1,0 +1,194 @@
+"""DDP wrapping and the distributed optimizer of the torch backend, with the Strategy mapped onto them.
+
+Strategy knobs, each onto torch's own mechanism:
+- ``bucket_size_mb`` -> DDP ``bucket_cap_mb``;
+- ``gradient_compression`` -> DDP comm hooks ``fp16_compress_hook`` / ``bf16_compress_hook``;
+- ``localsgd_steps`` -> ``post_localSGD_hook`` (no gradient all-reduce after the warm-up) plus a
+  ``PeriodicModelAverager`` run after every optimizer step, as ``PostLocalSGDOptimizer`` does;
+- ``gradient_accumulation`` -> DDP's ``no_sync`` (``require_backward_grad_sync``) on all micro-batches
+  but the last, and an optimizer that steps every k calls with gradients divided by k, so k
+  micro-batches of b equal one batch of k*b.
+Gradients are averaged exactly once: by DDP for the parameters a wrapped model owns, and by an
+all-reduce in ``step()`` for parameters no wrapped model owns.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as _TorchDDP
+
+from .strategy import Strategy
+
+_wrapped_models: "weakref.WeakSet[DistributedDataParallel]" = weakref.WeakSet()
+_distributed_optimizers: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
+
+
+def _strip_module_prefix(state_dict):
+    if state_dict and all(k.startswith("module.") for k in state_dict):
+        return type(state_dict)((k[len("module."):], v) for k, v in state_dict.items())
+    return state_dict
+
+
+class DistributedDataParallel(_TorchDDP):
+    """DDP whose checkpoints and attributes look like the original model's.
+
+    ``state_dict()`` has the unwrapped keys, so a checkpoint written by the converted script loads in
+    the original and back; ``load_state_dict`` also accepts ``module.``-prefixed checkpoints; an
+    attribute DDP lacks (``model.init_hidden``, ``model.fc``) is read from the wrapped model.
+    """
+
+    def state_dict(self, *args, **kwargs):
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        return self.module.load_state_dict(_strip_module_prefix(state_dict), strict=strict, assign=assign)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "module":
+                raise
+            return getattr(super().__getattr__("module"), name)
+
+    def forward(self, *inputs, **kwargs):
+        accumulator = self._dpmigrate_accumulator()
+        self.require_backward_grad_sync = accumulator is None or accumulator.is_last_micro_step()
+        return super().forward(*inputs, **kwargs)
+
+    def _dpmigrate_accumulator(self):
+        """The accumulating optimizer that steps this model's parameters, if any."""
+        own = {id(p) for p in self.module.parameters()}
+        for opt in list(_distributed_optimizers):
+            if opt._dpmigrate.accumulation > 1 and any(id(p) in own for g in opt.param_groups for p in g["params"]):
+                return opt._dpmigrate
+        return None
+
+
+def wrap_model(model: torch.nn.Module, strategy: Strategy, device: torch.device) -> DistributedDataParallel:
+    kwargs = {}
+    if strategy.bucket_size_mb is not None:
+        kwargs["bucket_cap_mb"] = strategy.bucket_size_mb
+    if device.type == "cuda":
+        kwargs["device_ids"] = [device.index]
+    ddp = DistributedDataParallel(model, **kwargs)
+    if strategy.gradient_compression is not None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}
+        ddp.register_comm_hook(state=None, hook=hook[strategy.gradient_compression])
+    if strategy.localsgd_steps is not None:
+        from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as localsgd
+
+        state = localsgd.PostLocalSGDState(
+            process_group=None, subgroup=None, start_localSGD_iter=strategy.localsgd_warmup_steps,
+            post_local_gradient_allreduce=False,
+        )
+        ddp.register_comm_hook(state, localsgd.post_localSGD_hook)
+    _wrapped_models.add(ddp)
+    return ddp
+
+
+class _AccumulationState:
+    def __init__(self, accumulation: int, world_size: int, averager):
+        self.accumulation = accumulation
+        self.world_size = world_size
+        self.averager = averager
+        self.calls = 0  # step() calls so far
+
+    def is_last_micro_step(self) -> bool:
+        """Whether the backward about to run is the last before a real optimizer step."""
+        return (self.calls + 1) % self.accumulation == 0
+
+    def at_boundary(self) -> bool:
+        return self.calls % self.accumulation == 0
+
+
+class _DistributedOptimizerMixin:
+    """Put in front of the optimizer's own class; see the module docstring."""
+
+    _dpmigrate: _AccumulationState
+
+    @torch.no_grad()
+    def _dpmigrate_average_unowned_gradients(self) -> None:
+        owned = {id(p) for m in list(_wrapped_models) for p in m.module.parameters()}
+        grads = [
+            p.grad for g in self.param_groups for p in g["params"] if p.grad is not None and id(p) not in owned
+        ]
+        for grad in grads:  # one all-reduce per tensor: only for parameters outside a DDP model
+            dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+            grad.div_(self._dpmigrate.world_size)
+
+    def step(self, closure=None):
+        state = self._dpmigrate
+        state.calls += 1
+        if state.calls % state.accumulation:
+            if closure is not None:
+                raise ValueError("step(closure) cannot be combined with Strategy(gradient_accumulation > 1)")
+            return None
+        if state.accumulation > 1:
+            with torch.no_grad():
+                for g in self.param_groups:
+                    for p in g["params"]:
+                        if p.grad is not None:
+                            p.grad.div_(state.accumulation)
+        if state.world_size > 1 and state.averager is None:
+            self._dpmigrate_average_unowned_gradients()
+        loss = super().step(closure)
+        if state.averager is not None:
+            state.averager.average_parameters(params=[p for g in self.param_groups for p in g["params"]])
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True):
+        if self._dpmigrate.at_boundary():  # between micro-batches the gradients are being accumulated
+            super().zero_grad(set_to_none=set_to_none)
+
+
+_subclasses: dict[type, type] = {}
+
+
+def make_distributed_optimizer(optimizer: torch.optim.Optimizer, strategy: Strategy, world_size: int):
+    """Turn ``optimizer`` (in place, so schedulers built on it keep working) into a distributed one."""
+    if isinstance(optimizer, _DistributedOptimizerMixin):
+        return optimizer
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"distributed_optimizer() needs a torch.optim.Optimizer, got {type(optimizer).__name__}; "
+            "wrap the inner torch optimizer instead"
+        )
+    if world_size == 1 and strategy.gradient_accumulation == 1:
+        return optimizer  # not launched: exactly the original optimizer
+    averager = None
+    if strategy.localsgd_steps is not None and world_size > 1:
+        from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+
+        averager = PeriodicModelAverager(period=strategy.localsgd_steps, warmup_steps=strategy.localsgd_warmup_steps)
+    cls = type(optimizer)
+    if cls not in _subclasses:
+        _subclasses[cls] = type(f"Distributed{cls.__name__}", (_DistributedOptimizerMixin, cls), {})
+    scheduler_patched = "step" in vars(optimizer)  # an LRScheduler built earlier wrapped the bound step
+    if scheduler_patched:
+        del optimizer.step
+    optimizer.__class__ = _subclasses[cls]
+    optimizer._dpmigrate = _AccumulationState(strategy.gradient_accumulation, world_size, averager)
+    if scheduler_patched:
+        _retrack_scheduler_step(optimizer)
+    _distributed_optimizers.add(optimizer)
+    return optimizer
+
+
+def _retrack_scheduler_step(optimizer) -> None:
+    """Re-apply the LRScheduler's "step was called" tracking on top of the distributed step."""
+    bound = optimizer.step
+    ref = weakref.ref(optimizer)
+
+    def step(*args, **kwargs):
+        opt = ref()
+        opt._opt_called = True
+        return bound(*args, **kwargs)
+
+    step._wrapped_by_lr_sched = True
+    optimizer.step = step
