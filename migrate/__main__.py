@@ -1,0 +1,8 @@
+"""``python -m dpmigrate``: the same command line as the ``dpmigrate`` script."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""``dpmigrate [options] PATH...``: convert scripts in place, or show, check or copy the conversion.
+
+Modelled on pyupgrade's command line, so that it behaves in pre-commit as users expect:
+``main(argv=None) -> int``; ``Rewriting PATH`` on stderr for each file written; exit 0 when
+nothing changes, 1 when a file changed (or would change, or holds rank-divergent code that is
+reported as an error), 2 when a file could not be converted or written (it is then left
+byte-identical, and its path, line and reason are printed). ``dpmigrate launch ...`` is the
+launcher (``dpmigrate.launch``). Importing this module loads no framework and no libcst: the
+engine is imported only when a file is converted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import difflib
+import functools
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import TextIO
+
+from . import __version__
+from .files import NotText, PathError, Source, check_text, discover
+from .findings import Conversion, ConversionError, Options
+from .report import Failure, FileResult, render_json, render_text
+from .writing import WriteError, check_replaceable, write_atomic
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a worker sends back for one file (picklable: plain data, no exception objects)."""
+
+    path: str
+    conversion: Conversion | None = None
+    encoding: str = "utf-8"
+    failure: Failure | None = None
+
+
+def convert_path(path: str, options: Options) -> Outcome:
+    """Read and convert one file; runs in a worker process under ``-j N``."""
+    try:
+        with open(path, "rb") as handle:
+            source = handle.read()
+        encoding = check_text(source)
+        from .engine import convert  # libcst is loaded by the first file, never by --help
+
+        return Outcome(path, convert(source, path, options), encoding)
+    except OSError as exc:
+        return Outcome(path, failure=Failure(f"cannot be read: {exc.strerror or exc}"))
+    except NotText as exc:
+        return Outcome(path, failure=Failure(exc.reason, exc.line, exc.col))
+    except ConversionError as exc:
+        return Outcome(path, failure=Failure(exc.reason, exc.line, exc.col))
+    except Exception:  # a bug in a rule must not take the other files down, nor lose its traceback
+        return Outcome(path, failure=Failure(
+            "dpmigrate failed on this file (a bug: please report it with the file and this traceback); "
+            "the file was left as it was\n" + traceback.format_exc()))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dpmigrate",
+        description="Turn single-GPU training scripts into data-parallel ones (in place by default). "
+                    "`dpmigrate launch -n N script.py` runs the result on N processes.",
+        epilog="Exit status: 0 nothing to change, 1 changed or would change (or rank-divergent code found), "
+               "2 a file could not be converted or written.",
+    )
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="files, or folders to search for *.py")
+    what = parser.add_argument_group("what to do (default: rewrite the files in place)")
+    what.add_argument("--diff", action="store_true", help="print a unified diff; write nothing")
+    what.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything would change")
+    what.add_argument("-o", "--output-dir", metavar="DIR", help="write converted copies under DIR, mirroring the tree")
+    policy = parser.add_argument_group("conversion policy")
+    policy.add_argument("--framework", choices=["auto", "torch", "tensorflow", "paddle"], default="auto")
+    policy.add_argument("--batch", choices=["per-device", "global"], default="per-device",
+                        help="per-device: each rank keeps the batch size (global batch grows N times); "
+                             "global: each rank takes B/N (default: %(default)s)")
+    policy.add_argument("--scale-lr", choices=["none", "linear", "sqrt"], default="none",
+                        help="scale the learning rate with the world size (default: %(default)s)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--report", choices=["text", "json", "sarif"], default="text",
+                     help="text goes to stderr, json and sarif to stdout, unless --report-file is given")
+    out.add_argument("--report-file", metavar="FILE", help="write the report to FILE")
+    out.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                     help="color the diff (auto: when stdout is a terminal and NO_COLOR is unset)")
+    out.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                     help="convert N files at a time in separate processes (0: one per CPU)")
+    parser.add_argument("--list-rules", action="store_true", help="list the conversion rules and exit")
+    parser.add_argument("--version", action="version", version=f"dpmigrate {__version__}")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["launch"]:
+        from . import launch
+
+        return launch.main(argv[1:])
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.list_rules:
+        return _list_rules()
+    _validate(parser, args)
+    mode = "copy" if args.output_dir else "diff" if args.diff else "check" if args.check else "write"
+    try:
+        sources = discover(args.paths)
+    except PathError as exc:
+        print(f"dpmigrate: error: {exc}", file=sys.stderr)
+        return 2
+    if args.output_dir and (clash := _clashing_copies(sources)):
+        print(f"dpmigrate: error: -o {args.output_dir}: {clash}; convert them in separate runs", file=sys.stderr)
+        return 2
+    options = Options(framework=args.framework, batch=args.batch, scale_lr=args.scale_lr)
+    color = args.color == "always" or (args.color == "auto" and _is_terminal(sys.stdout) and not os.environ.get("NO_COLOR"))
+    results = []
+    with _Progress(len(sources), sys.stderr) as progress:
+        for source, outcome in zip(sources, _convert_all(sources, options, args.jobs)):
+            result = _apply(source, outcome, args, color, progress)
+            if result.failure:
+                progress.say(result.failure_line())
+            results.append(result)
+            progress.advance()
+    _write_report(results, args, mode)
+    if any(r.failure for r in results):
+        return 2
+    return int(any(r.changed or any(f.severity == "error" for f in r.findings) for r in results))
+
+
+def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not args.paths:
+        parser.error("no PATH given: name the scripts or folders to convert, e.g. `dpmigrate train.py`")
+    if args.output_dir and (args.check or args.diff):
+        parser.error("-o/--output-dir writes copies; --check and --diff write nothing: choose one")
+    if args.diff and args.report in ("json", "sarif") and not args.report_file:
+        parser.error(f"--diff and --report {args.report} would both go to stdout: add --report-file FILE")
+    if args.jobs < 0:
+        parser.error(f"-j/--jobs must be 0 (one per CPU) or more, got {args.jobs}")
+
+
+def _clashing_copies(sources: Sequence[Source]) -> str | None:
+    """Two inputs that -o would write to the same copy (``a/train.py`` and ``b/train.py`` given as files)."""
+    seen: dict[str, str] = {}
+    for source in sources:
+        other = seen.setdefault(os.path.normcase(source.relative), source.path)
+        if other != source.path:
+            return f"{other} and {source.path} would both be written to {source.relative}"
+    return None
+
+
+def _convert_all(sources: Sequence[Source], options: Options, jobs: int) -> Iterator[Outcome]:
+    """Outcomes in the order of ``sources``, whatever order the workers finish in."""
+    worker = functools.partial(convert_path, options=options)
+    paths = [s.path for s in sources]
+    jobs = jobs or os.cpu_count() or 1
+    if jobs == 1 or len(paths) < 2:
+        yield from map(worker, paths)
+        return
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
+        yield from pool.map(worker, paths, chunksize=max(1, len(paths) // (jobs * 8)))
+
+
+def _apply(source: Source, outcome: Outcome, args: argparse.Namespace, color: bool, progress: _Progress) -> FileResult:
+    """Show, write or copy one converted file, as the mode says; reduce it to a small FileResult."""
+    conversion = outcome.conversion
+    if conversion is None:
+        return FileResult(source.path, failure=outcome.failure)
+    result = FileResult(source.path, conversion.changed, conversion.framework, conversion.findings)
+    try:
+        if args.output_dir:
+            destination = os.path.join(args.output_dir, source.relative)
+            check_replaceable(destination, folder_only=True)
+            write_atomic(destination, conversion.output, like=source.path)
+            if conversion.changed:
+                progress.say(f"Rewriting {source.path} -> {destination}")
+        elif args.diff and conversion.changed:
+            progress.clear()
+            _emit(sys.stdout, _diff(conversion, outcome.encoding, color))
+        elif not args.check and not args.diff and conversion.changed:
+            check_replaceable(source.path)
+            write_atomic(source.path, conversion.output)
+            progress.say(f"Rewriting {source.path}")
+    except WriteError as exc:
+        return dataclasses.replace(result, changed=False, failure=Failure(exc.reason))
+    except OSError as exc:  # the file vanished or changed type between reading and writing
+        return dataclasses.replace(result, changed=False, failure=Failure(f"cannot be written: {exc.strerror or exc}"))
+    return result
+
+
+def _diff(conversion: Conversion, encoding: str, color: bool) -> str:
+    before = conversion.original.decode(encoding).splitlines(keepends=True)
+    after = conversion.output.decode(encoding).splitlines(keepends=True)
+    out = []
+    for line in difflib.unified_diff(before, after, fromfile=conversion.path, tofile=conversion.path):
+        if not line.endswith("\n"):
+            line += "\n\\ No newline at end of file\n"
+        if color:
+            code = "1" if line[:3] in ("---", "+++") else "36" if line[:2] == "@@" else {"-": "31", "+": "32"}.get(line[:1])
+            if code:
+                body = line.rstrip("\r\n")
+                line = f"\033[{code}m{body}\033[0m{line[len(body):]}"
+        out.append(line)
+    return "".join(out)
+
+
+def _write_report(results: list[FileResult], args: argparse.Namespace, mode: str) -> None:
+    if args.report == "json":
+        text = render_json(results, mode)
+    elif args.report == "sarif":
+        from .sarif import render_sarif
+
+        text = render_sarif(results, _rule_catalog())
+    else:
+        text = render_text(results)
+    if args.report_file:
+        write_atomic(args.report_file, text.encode("utf-8"))
+    else:
+        _emit(sys.stderr if args.report == "text" else sys.stdout, text)
+
+
+def _rule_catalog() -> list[tuple[str, str]]:
+    """(name, docstring) of every rule the engine runs."""
+    from .rules import all_rules
+
+    return [(rule.name, (rule.__doc__ or rule.name).strip()) for rule in all_rules()]
+
+
+def _list_rules() -> int:
+    catalog = _rule_catalog()
+    width = max((len(name) for name, _ in catalog), default=0)
+    for name, doc in catalog:
+        print(f"{name:<{width}}  {doc.splitlines()[0]}")
+    return 0
+
+
+def _emit(stream: TextIO, text: str) -> None:
+    """Write text a terminal's encoding may not cover (a latin-1 script's diff to an ASCII locale)."""
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        stream.write(text.encode(stream.encoding or "ascii", "backslashreplace").decode(stream.encoding or "ascii"))
+    stream.flush()
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Progress:
+    """A one-line bar on stderr for large trees, only when stderr is a terminal (never in logs or pre-commit)."""
+
+    THRESHOLD = 50
+
+    def __init__(self, total: int, stream: TextIO):
+        self.total, self.stream, self.done, self.drawn = total, stream, 0, 0.0
+        self.active = total >= self.THRESHOLD and _is_terminal(stream) and os.environ.get("TERM") != "dumb"
+
+    def __enter__(self) -> _Progress:
+        self._draw()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.clear()
+
+    def advance(self) -> None:
+        self.done += 1
+        self._draw()
+
+    def say(self, message: str) -> None:
+        """Print a line above the bar."""
+        self.clear()
+        print(message, file=self.stream, flush=True)
+        self.drawn = 0.0
+        self._draw()
+
+    def clear(self) -> None:
+        if self.active:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+    def _draw(self) -> None:
+        if self.active and (self.done in (0, self.total) or time.monotonic() - self.drawn > 0.1):
+            self.drawn = time.monotonic()
+            filled = 30 * self.done // max(self.total, 1)
+            self.stream.write(f"\rdpmigrate [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} files")
+            self.stream.flush()

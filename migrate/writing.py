@@ -1,0 +1,106 @@
+"""Put converted bytes on disk so that a crash, a full disk or a kill never leaves half a script.
+
+The bytes go to a temporary file in the destination's own folder (so the rename stays on one
+file system), are fsynced, get the original file's mode (and owner, when we may set it), and
+replace the destination with ``os.replace``: a reader sees the old file or the new one, never
+a torn one. The bytes are written exactly as given: the engine already kept the encoding, the
+BOM and the line endings, and nothing here translates them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+
+
+class WriteError(Exception):
+    """The destination could not be (or must not be) replaced; it is left as it was."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def check_replaceable(path: str, *, folder_only: bool = False) -> None:
+    """Refuse to write a file, or into a folder, that carries no write permission at all.
+
+    ``os.replace`` only needs the folder to be writable, and root may write anywhere, so without
+    this check a file the user made read-only (``chmod a-w``) would silently be replaced.
+    ``folder_only`` is for ``-o`` copies: a copy of a read-only script is read-only too, and
+    the next ``-o`` run into the same folder must still refresh it.
+    """
+    target = os.path.realpath(path)
+    folder = os.path.dirname(target) or "."
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)  # -o DIR/new/sub: the folder that would receive the new ones
+    if not folder_only and os.path.exists(target) and not _writable_bits(target):
+        raise WriteError(path, f"is write-protected (mode {stat.filemode(os.stat(target).st_mode)}), so it was "
+                               f"not rewritten; make it writable (chmod u+w {path}) or write copies with -o DIR")
+    if not _writable_bits(folder):
+        raise WriteError(path, f"cannot be written: its folder {folder} is write-protected "
+                               f"(mode {stat.filemode(os.stat(folder).st_mode)}); make it writable (chmod u+w {folder})")
+
+
+def _writable_bits(path: str) -> bool:
+    return bool(os.stat(path).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def write_atomic(path: str, data: bytes, like: str | None = None) -> None:
+    """Replace (or create) ``path`` with ``data``; the file's mode is that of ``like`` or of ``path``.
+
+    A symbolic link is followed: its target is rewritten and the link stays a link.
+    """
+    target = os.path.realpath(path)
+    folder = os.path.dirname(target) or "."
+    tmp = None
+    try:
+        reference = like if like is not None else (target if os.path.exists(target) else None)
+        st = os.stat(reference) if reference is not None else None
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".dpmigrate-tmp")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+            if st is not None:
+                os.fchmod(handle.fileno(), stat.S_IMODE(st.st_mode))
+                _keep_owner(handle.fileno(), st)
+            else:
+                os.fchmod(handle.fileno(), 0o644)
+        os.replace(tmp, target)
+        tmp = None
+        _fsync_folder(folder)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        where = f" ({exc.filename})" if exc.filename and exc.filename not in (path, target) else ""
+        raise WriteError(path, f"cannot be written: {reason}{where}; the file was left as it was") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _keep_owner(fd: int, st: os.stat_result) -> None:
+    """Root rewriting a user's file should not leave it owned by root; others cannot chown, and need not."""
+    if hasattr(os, "fchown") and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+        try:
+            os.fchown(fd, st.st_uid, st.st_gid)
+        except PermissionError:
+            pass
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make the rename itself durable; some systems cannot open a folder, which is then not an error."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

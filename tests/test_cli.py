@@ -1,0 +1,456 @@
+"""The command line: modes, exit codes, what is written (atomically, byte for byte) and what is not.
+
+Expectations are taken from ``dpmigrate.engine.convert`` on the same bytes, so these tests say
+what the CLI does with a conversion, and hold whatever the rules convert.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dpmigrate.cli import main
+from dpmigrate.engine import convert
+from dpmigrate.files import discover
+from dpmigrate.findings import Options
+
+TORCH_SCRIPT = textwrap.dedent('''\
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    def main():
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+        loader = DataLoader(data, batch_size=8, shuffle=True)
+        model = nn.Linear(4, 1).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                optimizer.zero_grad()
+                loss = nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                optimizer.step()
+            print(f"epoch {epoch} loss {loss.item():.4f}")
+        torch.save(model.state_dict(), "model.pt")
+
+
+    if __name__ == "__main__":
+        main()
+    ''').encode()
+
+PLAIN_SCRIPT = b'import json\n\n\ndef load(path):\n    with open(path) as f:\n        return json.load(f)\n'
+BROKEN_TORCH = b"import torch\n\nx = torch.ones(\n"
+
+
+def expected(path: Path, source: bytes | None = None, **options):
+    """What the engine makes of this file: the reference every CLI outcome is compared with."""
+    source = path.read_bytes() if source is None else source
+    return convert(source, str(path), Options(**options))
+
+
+def expected_code(*conversions) -> int:
+    return int(any(c.changed or c.has_errors for c in conversions))
+
+
+def needs_a_change(conversion) -> None:
+    if not conversion.changed:
+        pytest.skip("the engine does not change this script yet (its rules have not landed)")
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def leftovers(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.name.endswith(".dpmigrate-tmp")]
+
+
+# --- modes and exit codes -------------------------------------------------------------------------
+
+def test_rewrites_in_place_with_exactly_the_engines_bytes(tmp_path, capsys):
+    script = write(tmp_path / "train.py", TORCH_SCRIPT)
+    conversion = expected(script)
+    assert main([str(script)]) == expected_code(conversion)
+    assert script.read_bytes() == conversion.output
+    err = capsys.readouterr().err
+    assert (f"Rewriting {script}" in err) == conversion.changed
+
+
+def test_second_run_changes_nothing(tmp_path):
+    script = write(tmp_path / "train.py", TORCH_SCRIPT)
+    main([str(script)])
+    once = script.read_bytes()
+    assert main([str(script)]) == int(expected(script).has_errors)
+    assert script.read_bytes() == once
+
+
+def test_file_without_a_framework_is_untouched_and_exits_0(tmp_path, capsys):
+    script = write(tmp_path / "util.py", PLAIN_SCRIPT)
+    before = os.stat(script)
+    assert main([str(script)]) == 0
+    assert script.read_bytes() == PLAIN_SCRIPT
+    assert os.stat(script).st_mtime_ns == before.st_mtime_ns
+    assert "1 file, 0 changed, 0 changes, 0 declined, 0 errors" in capsys.readouterr().err
+
+
+def test_check_writes_nothing_and_exits_1_when_a_file_would_change(tmp_path, capsys):
+    script = write(tmp_path / "train.py", TORCH_SCRIPT)
+    assert main(["--check", str(script)]) == expected_code(expected(script))
+    assert script.read_bytes() == TORCH_SCRIPT
+    assert "Rewriting" not in capsys.readouterr().err
+
+
+def test_check_fails_on_rank_divergent_code_even_without_a_change(tmp_path):
+    script = write(tmp_path / "eval.py", b"import torch.distributed as dist\n\nif dist.get_rank() == 0:\n    dist.barrier()\n")
+    conversion = expected(script)
+    assert main(["--check", str(script)]) == expected_code(conversion)
+    assert script.read_bytes() == conversion.original
+
+
+def test_diff_prints_the_conversion_and_writes_nothing(tmp_path, capsys):
+    script = write(tmp_path / "train.py", TORCH_SCRIPT)
+    conversion = expected(script)
+    needs_a_change(conversion)
+    assert main(["--diff", "--color", "never", str(script)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"--- {script}\n+++ {script}\n@@ ")
+    removed = [line[1:] for line in out.splitlines()[2:] if line.startswith("-")]
+    added = [line[1:] for line in out.splitlines()[2:] if line.startswith("+")]
+    assert set(removed) <= set(conversion.original.decode().splitlines())
+    assert set(added) <= set(conversion.output.decode().splitlines())
+    assert added, "a change must show at least one new line"
+    assert script.read_bytes() == TORCH_SCRIPT
+
+
+def test_diff_is_colored_only_when_asked(tmp_path, capsys):
+    script = write(tmp_path / "train.py", TORCH_SCRIPT)
+    needs_a_change(expected(script))
+    main(["--diff", "--color", "always", str(script)])
+    assert "\033[32m+" in capsys.readouterr().out
+    main(["--diff", str(script)])  # auto: captured stdout is not a terminal
+    assert "\033[" not in capsys.readouterr().out
+
+
+def test_diff_of_an_unchanged_file_is_empty(tmp_path, capsys):
+    script = write(tmp_path / "util.py", PLAIN_SCRIPT)
+    assert main(["--diff", str(script)]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_output_dir_mirrors_the_tree_and_leaves_the_sources(tmp_path):
+    src = tmp_path / "src"
+    train = write(src / "a" / "train.py", TORCH_SCRIPT)
+    util = write(src / "b" / "sub" / "util.py", PLAIN_SCRIPT)
+    out = tmp_path / "out"
+    code = main(["-o", str(out), str(src)])
+    assert code == expected_code(expected(train), expected(util))
+    assert (out / "a" / "train.py").read_bytes() == expected(train).output
+    assert (out / "b" / "sub" / "util.py").read_bytes() == PLAIN_SCRIPT
+    assert train.read_bytes() == TORCH_SCRIPT and util.read_bytes() == PLAIN_SCRIPT
+
+
+def test_output_dir_refuses_two_inputs_with_one_copy(tmp_path, capsys):
+    first = write(tmp_path / "a" / "train.py", TORCH_SCRIPT)
+    second = write(tmp_path / "b" / "train.py", TORCH_SCRIPT)
+    assert main(["-o", str(tmp_path / "out"), str(first), str(second)]) == 2
+    assert "would both be written to train.py" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_dir_with_check_is_a_usage_error(tmp_path):
+    script = write(tmp_path / "train.py", TORCH_SCRIPT)
+    with pytest.raises(SystemExit) as exc:
+        main(["--check", "-o", str(tmp_path / "out"), str(script)])
+    assert exc.value.code == 2
+
+
+def test_missing_path_exits_2_and_names_it(tmp_path, capsys):
+    assert main([str(tmp_path / "nope.py")]) == 2
+    assert "nope.py: no such file or directory" in capsys.readouterr().err
+
+
+def test_no_path_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+    assert "no PATH given" in capsys.readouterr().err
+
+
+# --- files that cannot be converted or written --------------------------------------------------------
+
+def test_file_that_does_not_parse_exits_2_with_its_line_and_stays_byte_identical(tmp_path, capsys):
+    script = write(tmp_path / "broken.py", BROKEN_TORCH)
+    good = write(tmp_path / "util.py", PLAIN_SCRIPT)
+    assert main([str(script), str(good)]) == 2
+    err = capsys.readouterr().err
+    assert f"{script}:3:" in err or f"{script}:4:" in err
+    assert "does not parse" in err
+    assert script.read_bytes() == BROKEN_TORCH
+
+
+def test_latin1_bytes_without_a_coding_comment_exit_2_as_not_utf8(tmp_path, capsys):
+    source = b'import torch\nname = "Jos\xe9"\n'
+    script = write(tmp_path / "latin.py", source)
+    assert main([str(script)]) == 2
+    err = capsys.readouterr().err
+    assert f"{script}:2:12: error: is not UTF-8: byte 0xe9" in err
+    assert "coding: latin-1" in err  # the fix is named
+    assert script.read_bytes() == source
+
+
+def test_latin1_with_a_coding_comment_is_converted_in_its_encoding(tmp_path):
+    source = TORCH_SCRIPT.replace(b"import torch\n", b'# -*- coding: latin-1 -*-\nimport torch\nauthor = "Jos\xe9"\n', 1)
+    script = write(tmp_path / "latin.py", source)
+    conversion = expected(script)
+    assert main([str(script)]) == expected_code(conversion)
+    assert script.read_bytes() == conversion.output
+    assert b'"Jos\xe9"' in script.read_bytes()
+
+
+def test_nul_bytes_are_not_text(tmp_path, capsys):
+    script = write(tmp_path / "blob.py", b"import torch\x00\n")
+    assert main([str(script)]) == 2
+    assert "is not text" in capsys.readouterr().err
+    assert script.read_bytes() == b"import torch\x00\n"
+
+
+def test_bom_and_crlf_are_kept(tmp_path):
+    source = b"\xef\xbb\xbf" + TORCH_SCRIPT.replace(b"\n", b"\r\n")
+    script = write(tmp_path / "train.py", source)
+    conversion = expected(script)
+    main([str(script)])
+    written = script.read_bytes()
+    assert written == conversion.output
+    assert written.startswith(b"\xef\xbb\xbf")
+    assert written.count(b"\n") == written.count(b"\r\n")
+
+
+def test_write_protected_file_exits_2_and_is_untouched(tmp_path, capsys):
+    script = write(tmp_path / "train.py", TORCH_SCRIPT)
+    needs_a_change(expected(script))
+    script.chmod(0o444)
+    assert main([str(script)]) == 2
+    assert f"{script}: error: is write-protected" in capsys.readouterr().err
+    assert script.read_bytes() == TORCH_SCRIPT
+    assert stat.S_IMODE(script.stat().st_mode) == 0o444
+    assert leftovers(tmp_path) == []
+
+
+def test_copy_into_a_write_protected_folder_exits_2_and_leaves_no_temporary_file(tmp_path, capsys):
+    script = write(tmp_path / "train.py", TORCH_SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        assert main(["-o", str(out), str(script)]) == 2
+        assert "is write-protected" in capsys.readouterr().err
+        assert list(out.iterdir()) == []
+    finally:
+        out.chmod(0o755)
+    assert script.read_bytes() == TORCH_SCRIPT
+    assert leftovers(tmp_path) == []
+
+
+def test_copy_onto_a_file_where_a_folder_should_be_exits_2(tmp_path, capsys):
+    script = write(tmp_path / "src" / "pkg" / "train.py", TORCH_SCRIPT)
+    write(tmp_path / "out" / "pkg", b"a file, not a folder")
+    assert main(["-o", str(tmp_path / "out"), str(tmp_path / "src")]) == 2
+    assert "cannot be written" in capsys.readouterr().err
+    assert script.read_bytes() == TORCH_SCRIPT
+    assert leftovers(tmp_path) == []
+
+
+def test_rewrite_keeps_the_file_mode(tmp_path):
+    script = write(tmp_path / "train.py", TORCH_SCRIPT)
+    needs_a_change(expected(script))
+    script.chmod(0o750)
+    assert main([str(script)]) == 1
+    assert stat.S_IMODE(script.stat().st_mode) == 0o750
+    assert leftovers(tmp_path) == []
+
+
+def test_copies_keep_the_source_mode(tmp_path):
+    script = write(tmp_path / "src" / "run.py", PLAIN_SCRIPT)
+    script.chmod(0o755)
+    main(["-o", str(tmp_path / "out"), str(tmp_path / "src")])
+    assert stat.S_IMODE((tmp_path / "out" / "run.py").stat().st_mode) == 0o755
+
+
+# --- which files a directory holds ---------------------------------------------------------------------
+
+def make_tree(root: Path) -> set[str]:
+    """A project with files to skip; returns the relative paths a run must visit."""
+    write(root / "train.py", TORCH_SCRIPT)
+    write(root / "pkg" / "util.py", PLAIN_SCRIPT)
+    write(root / "pkg" / "notes.txt", b"import torch\n")
+    write(root / ".hidden" / "secret.py", TORCH_SCRIPT)
+    write(root / "env" / "pyvenv.cfg", b"home = /usr/bin\n")
+    write(root / "env" / "lib" / "site.py", TORCH_SCRIPT)
+    write(root / "build" / "lib" / "train.py", TORCH_SCRIPT)
+    write(root / "pkg" / "model_gen.py", TORCH_SCRIPT)
+    write(root / "pkg" / "keep_gen.py", TORCH_SCRIPT)
+    write(root / "data" / "cache" / "x.py", TORCH_SCRIPT)
+    write(root / "data" / "loader.py", TORCH_SCRIPT)
+    write(root / ".gitignore", b"# outputs\nbuild/\n*_gen.py\n!keep_gen.py\n/data/cache\n")
+    return {"train.py", "pkg/util.py", "pkg/keep_gen.py", "data/loader.py"}
+
+
+@pytest.mark.parametrize("in_git", [True, False], ids=["git-work-tree", "plain-folder"])
+def test_directories_skip_hidden_ignored_and_virtualenv_folders(tmp_path, in_git):
+    root = tmp_path / "project"
+    wanted = make_tree(root)
+    if in_git:
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+    found = {s.relative.replace(os.sep, "/") for s in discover([str(root)])}
+    assert found == wanted
+
+
+@pytest.mark.parametrize("in_git", [True, False], ids=["git-work-tree", "plain-folder"])
+def test_gitignore_anchors_double_stars_classes_and_folder_patterns(tmp_path, in_git):
+    """The same answers from git and from the reader used outside git."""
+    root = tmp_path / "p"
+    for rel in ["a/x.py", "a/b/x.py", "a/b/y.py", "docs/conf.py", "src/docs/conf.py", "deep/q/gen/y.py",
+                "z.py", "tmp1.py", "tmp12.py", "v3.py", "v7.py", "#literal.py", "src/#literal.py", "src/logs/k.py"]:
+        write(root / rel, b"x = 1\n")
+    write(root / ".gitignore", b"/docs/\n**/gen/\na/**/x.py\ntmp?.py\nv[!7].py\n\\#literal.py\nlogs  \n")
+    write(root / "src" / ".gitignore", b"!/#literal.py\n")
+    if in_git:
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+    found = {s.relative.replace(os.sep, "/") for s in discover([str(root)])}
+    assert found == {"a/b/y.py", "src/docs/conf.py", "z.py", "tmp12.py", "v7.py", "src/#literal.py"}
+
+
+def test_a_named_file_is_converted_even_if_ignored_or_not_py(tmp_path):
+    script = write(tmp_path / "build" / "train", TORCH_SCRIPT)
+    write(tmp_path / ".gitignore", b"build/\n")
+    assert [s.path for s in discover([str(script)])] == [str(script)]
+
+
+def test_directory_run_reports_every_visited_file_and_skips_the_rest(tmp_path, capsys):
+    root = tmp_path / "project"
+    wanted = make_tree(root)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    originals = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    conversions = [expected(root / rel) for rel in sorted(wanted)]
+    assert main(["--check", "--report", "json", str(root)]) == expected_code(*conversions)
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(os.path.relpath(f["path"], root) for f in report["files"]) == sorted(wanted)
+    assert {p: p.read_bytes() for p in originals} == originals
+
+
+def test_parallel_run_gives_the_same_result_as_a_serial_one(tmp_path, capsys):
+    results = []
+    for jobs in ("1", "2"):
+        root = tmp_path / f"j{jobs}"
+        for i in range(6):
+            write(root / f"m{i}" / "train.py", TORCH_SCRIPT)
+            write(root / f"m{i}" / "util.py", PLAIN_SCRIPT)
+        write(root / "m3" / "broken.py", BROKEN_TORCH)
+        code = main(["-j", jobs, "--report", "json", "--report-file", str(tmp_path / f"r{jobs}.json"), str(root)])
+        err = capsys.readouterr().err.replace(str(root), "ROOT")
+        report = json.loads((tmp_path / f"r{jobs}.json").read_text())
+        for entry in report["files"]:
+            entry["path"] = os.path.relpath(entry["path"], root)
+        tree = {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+        results.append((code, err, report["files"], tree))
+    assert results[0] == results[1]
+    assert results[0][0] == 2  # the broken file
+
+
+# --- reports -------------------------------------------------------------------------------------------
+
+def test_json_report_lists_files_findings_and_summary(tmp_path, capsys):
+    script = write(tmp_path / "train.py", TORCH_SCRIPT)
+    broken = write(tmp_path / "broken.py", BROKEN_TORCH)
+    conversion = expected(script)
+    assert main(["--check", "--report", "json", str(script), str(broken)]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["schema"] == "dpmigrate-report/1" and report["mode"] == "check"
+    assert [f["path"] for f in report["files"]] == [str(script), str(broken)]
+    assert report["files"][0]["changed"] == conversion.changed
+    assert report["files"][1]["failure"]["reason"].startswith("does not parse")
+    assert len(report["findings"]) == len(conversion.findings)
+    assert report["summary"]["not_converted"] == 1 and report["summary"]["files"] == 2
+
+
+def all_rules_or_skip():
+    rules = pytest.importorskip("dpmigrate.rules", reason="dpmigrate.rules has not landed yet")
+    if not hasattr(rules, "all_rules"):
+        pytest.skip("dpmigrate.rules.all_rules has not landed yet")
+    return rules.all_rules()
+
+
+def test_sarif_report_is_sarif_2_1_0(tmp_path, capsys, monkeypatch):
+    all_rules_or_skip()
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "src" / "train.py", TORCH_SCRIPT)
+    write(tmp_path / "src" / "broken.py", BROKEN_TORCH)
+    main(["--check", "--report", "sarif", "src"])
+    sarif = json.loads(capsys.readouterr().out)
+    assert sarif["version"] == "2.1.0" and "sarif-2.1.0" in sarif["$schema"]
+    (run,) = sarif["runs"]
+    rule_ids = [rule["id"] for rule in run["tool"]["driver"]["rules"]]
+    assert run["tool"]["driver"]["name"] == "dpmigrate"
+    for result in run["results"]:
+        assert result["ruleId"] in rule_ids
+        assert result["level"] in ("error", "warning", "note")
+        assert result["message"]["text"]
+        location = result["locations"][0]["physicalLocation"]
+        assert not location["artifactLocation"]["uri"].startswith(("/", "file:"))
+        assert location["region"]["startLine"] >= 1 and location["region"]["startColumn"] >= 1
+    broken = [r for r in run["results"] if r["ruleId"] == "not-converted"]
+    assert [r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in broken] == ["src/broken.py"]
+
+
+def test_report_file_receives_the_text_report(tmp_path, capsys):
+    script = write(tmp_path / "util.py", PLAIN_SCRIPT)
+    report = tmp_path / "report.txt"
+    assert main(["--report-file", str(report), str(script)]) == 0
+    assert report.read_text().endswith("1 file, 0 changed, 0 changes, 0 declined, 0 errors\n")
+    assert "0 changed" not in capsys.readouterr().err
+
+
+def test_diff_and_a_json_report_cannot_share_stdout(tmp_path):
+    script = write(tmp_path / "util.py", PLAIN_SCRIPT)
+    with pytest.raises(SystemExit) as exc:
+        main(["--diff", "--report", "json", str(script)])
+    assert exc.value.code == 2
+
+
+def test_list_rules_prints_every_rule_with_its_summary(capsys):
+    rules = all_rules_or_skip()
+    assert main(["--list-rules"]) == 0
+    out = capsys.readouterr().out
+    for rule in rules:
+        assert rule.name in out
+        assert rule.__doc__.strip().splitlines()[0] in out
+
+
+# --- the program itself ----------------------------------------------------------------------------------
+
+def test_help_imports_no_framework():
+    code = ("import sys\nfrom dpmigrate.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'tensorflow', 'paddle', 'libcst') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "--check" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_python_dash_m_runs_the_same_command(tmp_path):
+    script = write(tmp_path / "util.py", PLAIN_SCRIPT)
+    version = subprocess.run([sys.executable, "-m", "dpmigrate", "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.startswith("dpmigrate ")
+    proc = subprocess.run([sys.executable, "-m", "dpmigrate", "--check", str(script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
