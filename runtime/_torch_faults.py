@@ -3,7 +3,7 @@
 Each rank bumps a heartbeat counter in the job's key-value store (the one torch.distributed already
 runs) every ``INTERVAL`` seconds from a daemon thread. When a collective fails (a peer's socket
 closed, or the collective timeout expired), the uncaught-exception hook waits a little, sees whose
-counter stopped moving, and prints which rank was lost before the traceback:
+counter stopped moving, and prints which rank was lost after the traceback:
 
     dpmigrate: rank 0 lost rank 1 (no heartbeat for 2.0 s: the process exited, was killed or is frozen).
 
@@ -109,6 +109,7 @@ def _install_excepthook(monitor: PeerMonitor) -> None:
 
     def hook(exc_type, exc, tb):
         global _broken
+        previous(exc_type, exc, tb)  # the traceback first; the explanation is the last thing printed
         if exc is not None and _is_distributed_failure(exc):
             _broken = True
             try:  # keep beating while diagnosing, or the peers diagnosing too would think us lost
@@ -117,6 +118,5 @@ def _install_excepthook(monitor: PeerMonitor) -> None:
             except Exception:
                 pass
             monitor.stop()
-        previous(exc_type, exc, tb)
 
     sys.excepthook = hook
