@@ -1,0 +1,106 @@
+"""What every rule shares: the context it reads and writes, and small helpers to report and rewrite.
+
+A rule is a libcst visitor over the *original* module (metadata resolved once for all rules). It
+never mutates the tree: it records edits in ``ctx.plan`` and findings with ``self.report``; facts a
+later rule needs (which names are models, which loaders were sharded) go in ``ctx.facts``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import libcst as cst
+from libcst.metadata import (
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
+
+from ..findings import Finding, Options, Severity
+from ._plan import Plan
+from ._query import Query
+
+RUNTIME_MODULE = "dpmigrate.runtime.torch"
+
+
+@dataclasses.dataclass
+class Context:
+    """One conversion: the parsed input, the user's options, and what the rules have decided so far."""
+
+    wrapper: MetadataWrapper
+    path: str
+    options: Options
+    alias: str = "dp"  # the name the converted file binds the runtime to
+    plan: Plan = dataclasses.field(default_factory=Plan)
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    _query: Query | None = None
+
+    @property
+    def module(self) -> cst.Module:
+        return self.wrapper.module
+
+    @property
+    def query(self) -> Query:
+        if self._query is None:
+            self._query = Query(self.wrapper)
+        return self._query
+
+    def config(self) -> cst.PartialParserConfig:
+        return self.module.config_for_parsing
+
+
+class Rule(cst.CSTVisitor):
+    """Base class: subclasses set ``name`` and a docstring (what, why, example, what it leaves alone)."""
+
+    name: ClassVar[str]
+    checks_only: ClassVar[bool] = False  # True: also runs on files left unchanged (it only reports)
+    METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider, ParentNodeProvider, ScopeProvider)
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.q = ctx.query
+
+    def run(self) -> None:
+        """Visit the module and then :meth:`finish`; the engine calls this once per file."""
+        self.ctx.wrapper.visit(self)
+        self.finish()
+
+    def finish(self) -> None:
+        """Called after the visit, for rules that decide once they have seen the whole module."""
+
+    # --- reporting --------------------------------------------------------------------------------
+
+    def report(self, node: cst.CSTNode, severity: Severity, message: str, fix: str | None = None) -> None:
+        start = self.ctx.wrapper.resolve(PositionProvider)[node].start
+        self.ctx.findings.append(
+            Finding(self.ctx.path, start.line, start.column + 1, self.name, severity, message, fix)
+        )
+
+    # --- building code ----------------------------------------------------------------------------
+
+    def dp(self, code: str) -> cst.BaseExpression:
+        """An expression calling the runtime: ``self.dp("device()")`` -> ``dp.device()``."""
+        self.ctx.plan.needs_runtime_import = True
+        return cst.parse_expression(f"{self.ctx.alias}.{code}", config=self.ctx.config())
+
+    def dp_call(self, function: str, *args: cst.BaseExpression | cst.Arg) -> cst.Call:
+        """``dp.function(args...)`` built from existing nodes (their formatting kept)."""
+        self.ctx.plan.needs_runtime_import = True
+        return cst.Call(
+            func=cst.Attribute(cst.Name(self.ctx.alias), cst.Name(function)),
+            args=[a if isinstance(a, cst.Arg) else cst.Arg(a) for a in args],
+        )
+
+    def statement(self, code: str) -> cst.BaseStatement:
+        """A new statement parsed with the file's newline and indentation; ``{dp}`` is the alias."""
+        self.ctx.plan.needs_runtime_import = True
+        return cst.parse_statement(code.format(dp=self.ctx.alias), config=self.ctx.config())
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.ctx.module.code_for_node(node)

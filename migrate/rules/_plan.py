@@ -1,0 +1,115 @@
+"""The edits the rules ask for, recorded against the original tree and applied in one pass.
+
+Why a plan rather than one transformer per rule: every rule then reads the *original* module with
+its metadata (qualified names, scopes, and positions that are those of the input file, as reports
+need), and edits to nested nodes compose: a rule's replacement receives the node as already
+rewritten by earlier rules (``dp.distributed_optimizer(...)`` wraps a call whose ``lr=`` another
+rule rewrote). Edits are keyed by node identity, so two equal-looking nodes are never confused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import libcst as cst
+
+Replacement = Callable[[cst.CSTNode], cst.CSTNode]
+Wrapper = Callable[[Sequence[cst.BaseStatement]], cst.BaseStatement]
+
+
+@dataclasses.dataclass
+class _Group:
+    statements: tuple[cst.BaseStatement, ...]
+    wrapper: Wrapper
+
+
+class Plan:
+    """Replacements, insertions, removals and groupings of statements, applied by :func:`apply`."""
+
+    def __init__(self) -> None:
+        self._replace: dict[cst.CSTNode, list[Replacement]] = {}
+        self._before: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
+        self._after: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
+        self._remove: set[cst.CSTNode] = set()
+        self._groups: dict[cst.CSTNode, _Group] = {}
+        self._grouped: set[cst.CSTNode] = set()
+        self.needs_runtime_import = False
+
+    def replace(self, node: cst.CSTNode, replacement: Replacement) -> None:
+        """Rewrite ``node``; ``replacement`` gets it as earlier edits (inner ones included) left it."""
+        self._replace.setdefault(node, []).append(replacement)
+        self.needs_runtime_import = True
+
+    def insert_before(self, statement: cst.BaseStatement, *new: cst.BaseStatement) -> None:
+        self._before.setdefault(statement, []).extend(new)
+        self.needs_runtime_import = True
+
+    def insert_after(self, statement: cst.BaseStatement, *new: cst.BaseStatement) -> None:
+        self._after.setdefault(statement, []).extend(new)
+        self.needs_runtime_import = True
+
+    def remove(self, statement: cst.BaseStatement) -> None:
+        self._remove.add(statement)
+
+    def group(self, statements: Sequence[cst.BaseStatement], wrapper: Wrapper) -> bool:
+        """Replace consecutive sibling statements by ``wrapper(their rewritten forms)``.
+
+        Returns False (and records nothing) when one of them is already grouped.
+        """
+        if any(s in self._grouped for s in statements):
+            return False
+        self._groups[statements[0]] = _Group(tuple(statements), wrapper)
+        self._grouped.update(statements)
+        self.needs_runtime_import = True
+        return True
+
+    def is_replaced(self, node: cst.CSTNode) -> bool:
+        return node in self._replace
+
+    def is_removed(self, statement: cst.CSTNode) -> bool:
+        return statement in self._remove
+
+    @property
+    def empty(self) -> bool:
+        return not (self._replace or self._before or self._after or self._remove or self._groups)
+
+
+def apply(module: cst.Module, plan: Plan) -> cst.Module:
+    """Return ``module`` with every edit of ``plan`` made (``module`` is the tree the rules read)."""
+    if plan.empty:
+        return module
+    return module.visit(_Applier(plan))
+
+
+class _Applier(cst.CSTTransformer):
+    def __init__(self, plan: Plan) -> None:
+        super().__init__()
+        self.plan = plan
+
+    def on_leave(self, original_node, updated_node):
+        for replacement in self.plan._replace.get(original_node, ()):
+            updated_node = replacement(updated_node)
+        if isinstance(original_node, (cst.Module, cst.IndentedBlock)) and isinstance(
+            updated_node, type(original_node)
+        ):
+            updated_node = self._rebuild_body(original_node, updated_node)
+        return updated_node
+
+    def _rebuild_body(self, original, updated):
+        plan = self.plan
+        if len(original.body) != len(updated.body):  # a replacement changed the block itself
+            return updated
+        rewritten = dict(zip(map(id, original.body), updated.body))
+        body: list[cst.BaseStatement] = []
+        for old in original.body:
+            body.extend(plan._before.get(old, ()))
+            if old in plan._groups:
+                group = plan._groups[old]
+                body.append(group.wrapper([rewritten.get(id(s), s) for s in group.statements]))
+            elif old not in plan._grouped and old not in plan._remove:
+                body.append(rewritten[id(old)])
+            body.extend(plan._after.get(old, ()))
+        if not body and isinstance(updated, cst.IndentedBlock):
+            body = [cst.SimpleStatementLine([cst.Pass()])]
+        return updated.with_changes(body=body)

@@ -1,0 +1,207 @@
+"""Questions the rules ask of the original tree: qualified names, parents, enclosing statements,
+which loops train, which expressions depend on the rank.
+
+Kept free of any edit so that the rules read as decisions, and the divergence check (which runs on
+files left unchanged) can share the same notion of "training loop" as the data rules.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNameProvider
+
+STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+
+
+class Query:
+    """Metadata look-ups over one wrapped module."""
+
+    def __init__(self, wrapper: MetadataWrapper) -> None:
+        self.module = wrapper.module
+        self._parents = wrapper.resolve(ParentNodeProvider)
+        self._qnames = wrapper.resolve(QualifiedNameProvider)
+        self._training_functions: set[str] | None = None
+
+    # --- names ------------------------------------------------------------------------------------
+
+    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+        value = self._qnames.get(node, ())
+        if callable(value):  # libcst computes qualified names lazily
+            value = value()
+        return {q.name for q in value}
+
+    def is_call_to(self, node: cst.CSTNode, names: Iterable[str]) -> bool:
+        """True for a call whose callee resolves (by qualified name) to one of ``names``."""
+        return isinstance(node, cst.Call) and bool(self.qualified_names(node.func) & set(names))
+
+    def callee_starts_with(self, node: cst.CSTNode, prefix: str) -> str | None:
+        """The callee's qualified name when it starts with ``prefix`` (e.g. ``"torch.optim."``)."""
+        if isinstance(node, cst.Call):
+            for name in sorted(self.qualified_names(node.func)):
+                if name.startswith(prefix):
+                    return name
+        return None
+
+    # --- structure --------------------------------------------------------------------------------
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        node = self._parents.get(node)
+        while node is not None:
+            yield node
+            node = self._parents.get(node)
+
+    def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement | None:
+        """The statement (a whole line or compound statement in a block) that contains ``node``."""
+        for candidate in (node, *self.ancestors(node)):
+            if isinstance(candidate, STATEMENT_TYPES) and isinstance(
+                self.parent(candidate), (cst.Module, cst.IndentedBlock)
+            ):
+                return candidate
+        return None
+
+    def block_of(self, statement: cst.CSTNode) -> cst.Module | cst.IndentedBlock | None:
+        parent = self.parent(statement)
+        return parent if isinstance(parent, (cst.Module, cst.IndentedBlock)) else None
+
+    def function_of(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef):
+                return ancestor
+        return None
+
+    def in_main_guard(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(a, cst.If) and is_main_guard(a) for a in self.ancestors(node))
+
+    def module_functions(self) -> dict[str, cst.FunctionDef]:
+        return {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
+
+    # --- training ---------------------------------------------------------------------------------
+
+    def training_functions(self) -> set[str]:
+        """Module-level functions that run a backward pass, directly or through one another."""
+        if self._training_functions is None:
+            functions = self.module_functions()
+            found = {name for name, fn in functions.items() if has_backward(fn.body)}
+            changed = True
+            while changed:
+                changed = False
+                for name, fn in functions.items():
+                    if name not in found and called_names(fn.body) & found:
+                        found.add(name)
+                        changed = True
+            self._training_functions = found
+        return self._training_functions
+
+    def trains(self, node: cst.CSTNode) -> bool:
+        """True when ``node`` runs a backward pass or an optimizer step, directly or via a call."""
+        return has_backward(node) or bool(called_names(node) & self.training_functions())
+
+
+def is_main_guard(node: cst.If) -> bool:
+    """``if __name__ == "__main__":`` (either operand order, either quote)."""
+    test = node.test
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return False
+    sides = [test.left, test.comparisons[0].comparator]
+    if not isinstance(test.comparisons[0].operator, cst.Equal):
+        return False
+    has_name = any(isinstance(s, cst.Name) and s.value == "__name__" for s in sides)
+    has_main = any(isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__" for s in sides)
+    return has_name and has_main
+
+
+def has_backward(node: cst.CSTNode) -> bool:
+    """``loss.backward()``, ``scaler.scale(loss).backward()`` or ``optimizer.step()`` somewhere inside."""
+    for call in m.findall(node, m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))):
+        attribute = call.func
+        if attribute.attr.value == "backward":
+            return True
+        owner = attribute.value
+        if isinstance(owner, cst.Name) and "optim" in owner.value.lower():
+            return True
+    return False
+
+
+def called_names(node: cst.CSTNode) -> set[str]:
+    """Names of plain functions called inside ``node`` (``train(...)`` gives ``train``)."""
+    return {c.func.value for c in m.findall(node, m.Call(func=m.Name()))}
+
+
+def names_in(node: cst.CSTNode) -> set[str]:
+    """Every variable name read or written inside ``node`` (attribute names excluded)."""
+    found: set[str] = set()
+
+    class _Names(cst.CSTVisitor):
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            attribute.value.visit(self)
+            return False
+
+        def visit_Name(self, name: cst.Name) -> None:
+            found.add(name.value)
+
+    node.visit(_Names())
+    return found
+
+
+def assigned_names(statement: cst.CSTNode) -> set[str]:
+    """Names a statement binds with ``=``, ``+=``, an annotated assignment or a ``for`` target."""
+    found: set[str] = set()
+    for node in m.findall(statement, m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For()):
+        found.update(target_names(node.target))
+    return found
+
+
+def target_names(target: cst.BaseExpression) -> set[str]:
+    """``a`` -> {a}; ``a, (b, c)`` -> {a, b, c}; attributes and subscripts bind no name."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(target_names(e.value) for e in target.elements))
+    if isinstance(target, cst.StarredElement):
+        return target_names(target.value)
+    return set()
+
+
+def body_statements(node: cst.CSTNode) -> Iterator[cst.BaseStatement]:
+    """The statements of a compound statement's or module's body, in order (not nested ones)."""
+    body = getattr(node, "body", None)
+    if isinstance(node, cst.Module):
+        yield from node.body
+    elif isinstance(body, cst.IndentedBlock):
+        yield from body.body
+    elif isinstance(body, cst.SimpleStatementSuite):
+        yield from ()
+
+
+DATA_LOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+_NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.", "torch.optim.Optimizer")
+
+
+def optimizer_class(query: Query, node: cst.CSTNode) -> str | None:
+    """``"torch.optim.SGD"`` for a call constructing a torch optimizer (by qualified name), else None."""
+    name = query.callee_starts_with(node, "torch.optim.")
+    if name is None or name.startswith(_NOT_OPTIMIZERS) or not name.rsplit(".", 1)[-1][:1].isupper():
+        return None
+    return name
+
+
+def parameter_owners(call: cst.Call) -> list[str]:
+    """Models whose parameters an optimizer takes: ``SGD(model.fc.parameters())`` gives ``["model"]``."""
+    params = [a.value for a in call.args if a.keyword is None][:1]
+    params += [a.value for a in call.args if a.keyword is not None and a.keyword.value == "params"]
+    owners: list[str] = []
+    for root in params:
+        pattern = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
+        for found in m.findall(root, pattern):
+            owner = found.func.value
+            while isinstance(owner, cst.Attribute):
+                owner = owner.value
+            if isinstance(owner, cst.Name) and owner.value not in owners:
+                owners.append(owner.value)
+    return owners

@@ -1,0 +1,118 @@
+"""Wrap each trained model in DDP once it is built, on its device, and initialised."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ._base import Rule
+from ._query import assigned_names, body_statements, optimizer_class, parameter_owners
+
+_PARAMETERS = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
+
+
+class DistributedModel(Rule):
+    """Insert ``model = dp.distributed_model(model)`` after the model's last set-up statement.
+
+    Why: DDP averages the gradients of all ranks during ``backward()``; without it every rank trains
+    its own model. It must see the model on its device (after ``.to(device)``) and after the
+    script's own initialisation (``apply(weights_init)``, ``load_state_dict``), since it broadcasts
+    rank 0's weights when it is built.
+    Example:  model = Net().to(device)          model = Net().to(device)
+              optimizer = optim.SGD(...)   ->   model = dp.distributed_model(model)
+                                                optimizer = optim.SGD(...)
+    A model is what an optimizer (``torch.optim.*``, by qualified name) takes the parameters of, or
+    whose ``.parameters()`` a training function updates by hand. The insertion goes after the last
+    statement that mentions the model before the first loop or training call of the block that
+    builds it.
+    Leaves alone: a model built in another function than the one that uses it (declined: wrap it
+    where it is built).
+    """
+
+    name = "distributed-model"
+
+    def finish(self) -> None:
+        done: set[tuple[int, str]] = set()
+        models: list[str] = []
+        for site, name in self._model_sites():
+            scope = self._binding_scope(name, site)
+            if scope is None:
+                if (id(site), name) not in done:
+                    done.add((id(site), name))
+                    self.report(
+                        site, "declined",
+                        f"`{name}` is built outside the function that trains it; cannot tell where to wrap it",
+                        f"where `{name}` is built and moved to its device, add `{name} = dp.distributed_model({name})`",
+                    )
+                continue
+            key = (id(scope), name)
+            if key in done:
+                continue
+            done.add(key)
+            if self._wrap(scope, name, site):
+                models.append(name)
+        self.ctx.facts["models"] = models
+
+    def _model_sites(self):
+        """(node, model name) for every optimizer and every hand-written parameter update."""
+        for call in m.findall(self.ctx.module, m.Call()):
+            if optimizer_class(self.q, call) is not None:
+                for name in parameter_owners(call):
+                    yield call, name
+        for name, function in self.q.module_functions().items():
+            if name in self.q.training_functions():
+                for call in m.findall(function, _PARAMETERS):
+                    owner = call.func.value
+                    if isinstance(owner, cst.Name):
+                        yield call, owner.value
+
+    def _binding_scope(self, name: str, site: cst.CSTNode) -> cst.CSTNode | None:
+        function = self.q.function_of(site)
+        if function is not None and any(name in assigned_names(s) for s in body_statements(function)):
+            return function
+        if any(name in assigned_names(s) for s in self.ctx.module.body if not isinstance(s, cst.FunctionDef)):
+            return self.ctx.module
+        return None
+
+    def _wrap(self, scope: cst.CSTNode, name: str, site: cst.CSTNode) -> bool:
+        statements = list(body_statements(scope))
+        created = next(i for i, s in enumerate(statements) if name in assigned_names(s))
+        stop = len(statements)
+        for index in range(created + 1, len(statements)):
+            statement = statements[index]
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            if isinstance(statement, (cst.For, cst.While)) or self.q.trains(statement):
+                stop = index
+                break
+        anchor = max(i for i in range(created, stop) if _mentions_model(statements[i], name))
+        self.ctx.plan.insert_after(statements[anchor], self.statement(f"{name} = {{dp}}.distributed_model({name})\n"))
+        self.report(
+            statements[anchor], "change",
+            f"{name} = dp.distributed_model({name}) after its set-up: DDP averages gradients across ranks",
+        )
+        return True
+
+
+def _mentions_model(statement: cst.CSTNode, name: str) -> bool:
+    """Mentions ``name`` other than to hand its parameters to an optimizer, or in a nested def."""
+
+    class _Finder(cst.CSTVisitor):
+        found = False
+
+        def visit_Call(self, node: cst.Call) -> bool:
+            return not m.matches(node, _PARAMETERS)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            self.found = self.found or node.value == name
+
+    finder = _Finder()
+    statement.visit(finder)
+    return finder.found
