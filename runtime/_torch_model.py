@@ -56,16 +56,24 @@ class DistributedDataParallel(_TorchDDP):
 
     def forward(self, *inputs, **kwargs):
         accumulator = self._dpmigrate_accumulator()
-        self.require_backward_grad_sync = accumulator is None or accumulator.is_last_micro_step()
+        if accumulator is not None:  # otherwise leave a hand-written `with model.no_sync():` alone
+            self.require_backward_grad_sync = accumulator.is_last_micro_step()
         return super().forward(*inputs, **kwargs)
 
     def _dpmigrate_accumulator(self):
-        """The accumulating optimizer that steps this model's parameters, if any."""
+        """The accumulating optimizer that steps this model's parameters, if any (cached per optimizer set)."""
+        key = len(_distributed_optimizers)
+        cached = self.__dict__.get("_dpmigrate_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
         own = {id(p) for p in self.module.parameters()}
+        found = None
         for opt in list(_distributed_optimizers):
             if opt._dpmigrate.accumulation > 1 and any(id(p) in own for g in opt.param_groups for p in g["params"]):
-                return opt._dpmigrate
-        return None
+                found = opt._dpmigrate
+                break
+        self.__dict__["_dpmigrate_cache"] = (key, found)
+        return found
 
 
 def wrap_model(model: torch.nn.Module, strategy: Strategy, device: torch.device) -> DistributedDataParallel:
