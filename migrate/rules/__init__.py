@@ -11,9 +11,13 @@ from __future__ import annotations
 from ._base import Rule
 from .distributed_model import DistributedModel
 from .distributed_optimizer import DistributedOptimizer
+from .evaluation_loader import EvaluationLoader
+from .global_batch_size import GlobalBatchSize
 from .init_runtime import InitRuntime
+from .manual_batching import ManualBatching
 from .rank_device import RankDevice
 from .replace_data_parallel import ReplaceDataParallel
+from .shard_training_loader import ShardTrainingLoader
 
 
 def all_rules() -> list[type[Rule]]:
@@ -24,4 +28,8 @@ def all_rules() -> list[type[Rule]]:
         ReplaceDataParallel,
         DistributedModel,
         DistributedOptimizer,
+        ShardTrainingLoader,
+        EvaluationLoader,
+        GlobalBatchSize,
+        ManualBatching,
     ]

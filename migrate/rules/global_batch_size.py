@@ -1,0 +1,78 @@
+"""The ``--batch global`` policy: each rank takes B / N, so the global batch stays B."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ._base import Rule
+
+
+class GlobalBatchSize(Rule):
+    """Rewrite a training loader's batch size B to ``dp.per_rank_batch_size(B)`` (``--batch global``).
+
+    Why: by default (``--batch per-device``, Horovod's convention) each rank keeps B, so the global
+    batch grows N times and the learning rate may need ``--scale-lr``. With ``--batch global`` the
+    global batch and the training trajectory stay those of the original script.
+    Example:  train_kwargs = {'batch_size': args.batch_size}
+           -> train_kwargs = {'batch_size': dp.per_rank_batch_size(args.batch_size)}
+    Found as ``batch_size=``, the second positional argument, or the ``'batch_size'`` entry of the
+    dict (literal or ``dict(...)``) a loader gets as ``**kwargs`` in the same function.
+    Leaves alone: evaluation loaders; a batch size it cannot find (declined: the DataLoader default
+    of 1 cannot be split).
+    """
+
+    name = "global-batch-size"
+
+    def finish(self) -> None:
+        if self.ctx.options.batch != "global":
+            return
+        for call in self.ctx.facts.get("training_loaders", ()):
+            sites = self._batch_sizes(call)
+            if not sites:
+                self.report(
+                    call, "declined", "--batch global: cannot find this training loader's batch size",
+                    "pass batch_size=dp.per_rank_batch_size(B) to the DataLoader, B being the global batch size",
+                )
+            for node, value in sites:
+                self.ctx.plan.replace(node, lambda updated: updated.with_changes(
+                    value=self.dp_call("per_rank_batch_size", updated.value)))
+                self.report(node, "change", f"--batch global: batch size {self.code(value)} -> "
+                            "dp.per_rank_batch_size(...), so the global batch stays the same")
+
+    def _batch_sizes(self, call: cst.Call) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+        for index, arg in enumerate(call.args):
+            if arg.keyword is not None and arg.keyword.value == "batch_size":
+                return [(arg, arg.value)]
+            if arg.keyword is None and not arg.star and index == 1:
+                return [(arg, arg.value)]
+        sites = []
+        for arg in call.args:
+            if arg.star == "**" and isinstance(arg.value, cst.Name):
+                sites.extend(self._in_kwargs_dict(call, arg.value.value))
+        return sites
+
+    def _in_kwargs_dict(self, call: cst.Call, name: str) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+        scope = self.q.function_of(call) or self.ctx.module
+        sites = []
+        for assign in m.findall(scope, m.Assign(targets=[m.AssignTarget(m.Name(name))])):
+            value = assign.value
+            if isinstance(value, cst.Dict):
+                sites += [(e, e.value) for e in value.elements if _is_key(e, "batch_size")]
+            elif m.matches(value, m.Call(func=m.Name("dict"))):
+                sites += [(a, a.value) for a in value.args if a.keyword and a.keyword.value == "batch_size"]
+        for update in m.findall(scope, m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("update")))):
+            for arg in update.args:
+                if isinstance(arg.value, cst.Dict):
+                    sites += [(e, e.value) for e in arg.value.elements if _is_key(e, "batch_size")]
+                elif arg.keyword and arg.keyword.value == "batch_size":
+                    sites.append((arg, arg.value))
+        return sites
+
+
+def _is_key(element: cst.BaseDictElement, key: str) -> bool:
+    return (
+        isinstance(element, cst.DictElement)
+        and isinstance(element.key, cst.SimpleString)
+        and element.key.evaluated_value == key
+    )
