@@ -16,6 +16,7 @@ import concurrent.futures
 import dataclasses
 import difflib
 import functools
+import inspect
 import os
 import sys
 import time
@@ -124,8 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress.say(result.failure_line())
             results.append(result)
             progress.advance()
-    _write_report(results, args, mode)
-    if any(r.failure for r in results):
+    reported = _write_report(results, args, mode)
+    if not reported or any(r.failure for r in results):
         return 2
     return int(any(r.changed or any(f.severity == "error" for f in r.findings) for r in results))
 
@@ -206,7 +207,8 @@ def _diff(conversion: Conversion, encoding: str, color: bool) -> str:
     return "".join(out)
 
 
-def _write_report(results: list[FileResult], args: argparse.Namespace, mode: str) -> None:
+def _write_report(results: list[FileResult], args: argparse.Namespace, mode: str) -> bool:
+    """Print or save the report; False when --report-file cannot be written (the report then goes to stderr)."""
     if args.report == "json":
         text = render_json(results, mode)
     elif args.report == "sarif":
@@ -215,17 +217,24 @@ def _write_report(results: list[FileResult], args: argparse.Namespace, mode: str
         text = render_sarif(results, _rule_catalog())
     else:
         text = render_text(results)
-    if args.report_file:
-        write_atomic(args.report_file, text.encode("utf-8"))
+    if args.report_file:  # plainly, not atomically: it may be /dev/stdout or a pipe, never to be replaced
+        try:
+            with open(args.report_file, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            print(f"dpmigrate: error: --report-file {args.report_file}: {exc.strerror or exc}", file=sys.stderr)
+            _emit(sys.stderr, text)
+            return False
     else:
         _emit(sys.stderr if args.report == "text" else sys.stdout, text)
+    return True
 
 
 def _rule_catalog() -> list[tuple[str, str]]:
     """(name, docstring) of every rule the engine runs."""
     from .rules import all_rules
 
-    return [(rule.name, (rule.__doc__ or rule.name).strip()) for rule in all_rules()]
+    return [(rule.name, inspect.cleandoc(rule.__doc__ or rule.name)) for rule in all_rules()]
 
 
 def _list_rules() -> int:

@@ -422,6 +422,14 @@ def test_report_file_receives_the_text_report(tmp_path, capsys):
     assert "0 changed" not in capsys.readouterr().err
 
 
+def test_unwritable_report_file_exits_2_and_the_report_goes_to_stderr(tmp_path, capsys):
+    script = write(tmp_path / "util.py", PLAIN_SCRIPT)
+    assert main(["--report-file", str(tmp_path / "no" / "such" / "report.txt"), str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "--report-file" in err and "No such file or directory" in err
+    assert "1 file, 0 changed" in err
+
+
 def test_diff_and_a_json_report_cannot_share_stdout(tmp_path):
     script = write(tmp_path / "util.py", PLAIN_SCRIPT)
     with pytest.raises(SystemExit) as exc:
