@@ -70,12 +70,14 @@ def flat_initial():
 
 def test_checkpoint_is_written_once_with_unwrapped_keys(tmp_path):
     """Must show 3 (2 ranks): the checkpoint loads strictly into the plain model: no `module.` keys."""
-    launch("torch_train.py", "--steps", "2", "--out", "ckpt.pt", cwd=tmp_path)
+    launch("torch_train.py", "--steps", "2", "--count-saves", str(tmp_path / "saves"), "--out", "ckpt.pt",
+           cwd=tmp_path)
+    assert [(tmp_path / f"saves.rank{r}").read_text() for r in (0, 1)] == ["1", "0"]
     state = torch.load(tmp_path / "ckpt.pt")
     assert not any(k.startswith("module.") for k in state)
     plain = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     plain.load_state_dict(state)  # strict
-    assert [p.name for p in tmp_path.iterdir() if p.name != "logs"] == ["ckpt.pt"]  # no temporaries
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt", "logs", "saves.rank0", "saves.rank1"]
 
 
 def test_no_double_averaging_with_or_without_a_wrapped_model(tmp_path):

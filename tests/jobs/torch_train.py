@@ -26,6 +26,7 @@ parser.add_argument("--compression", default=None)
 parser.add_argument("--bucket-mb", type=float, default=None)
 parser.add_argument("--wrap-model", choices=["yes", "no"], default="yes")
 parser.add_argument("--trace", default=None, help="write every rank's parameters after each step here")
+parser.add_argument("--count-saves", default=None, help="write how many times this rank called torch.save here")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 
@@ -60,7 +61,15 @@ while step < args.steps:
         if step == args.steps:
             break
 
+if args.count_saves:  # count the real torch.save calls each rank makes inside dp.save
+    calls = []
+    real_save = torch.save
+    torch.save = lambda *a, **k: (calls.append(1), real_save(*a, **k))[1]
 dp.save(model.state_dict(), args.out)
+if args.count_saves:
+    torch.save = real_save
+    with open(f"{args.count_saves}.rank{dp.rank()}", "w") as f:
+        f.write(str(len(calls)))
 if args.trace:
     with open(f"{args.trace}.rank{dp.rank()}.json", "w") as f:
         json.dump(trace, f)
