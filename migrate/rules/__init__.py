@@ -11,10 +11,15 @@ from __future__ import annotations
 from ._base import Rule
 from .distributed_model import DistributedModel
 from .distributed_optimizer import DistributedOptimizer
+from .distributed_save import DistributedSave
+from .download_main_process_first import DownloadMainProcessFirst
 from .evaluation_loader import EvaluationLoader
 from .global_batch_size import GlobalBatchSize
 from .init_runtime import InitRuntime
+from .main_process_logging import MainProcessLogging
+from .main_process_print import MainProcessPrint
 from .manual_batching import ManualBatching
+from .rank_divergence import RankDivergence
 from .rank_device import RankDevice
 from .replace_data_parallel import ReplaceDataParallel
 from .shard_training_loader import ShardTrainingLoader
@@ -32,4 +37,9 @@ def all_rules() -> list[type[Rule]]:
         EvaluationLoader,
         GlobalBatchSize,
         ManualBatching,
+        DownloadMainProcessFirst,
+        DistributedSave,
+        MainProcessPrint,
+        MainProcessLogging,
+        RankDivergence,
     ]

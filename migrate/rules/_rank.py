@@ -1,0 +1,122 @@
+"""Which expressions depend on the rank, and which calls every rank must reach (collectives).
+
+Shared by the rules that must not make a rank-guarded save collective and by the divergence check.
+A condition is rank-dependent when it calls a rank query (``dist.get_rank()``,
+``dp.is_main_process()``...), reads a rank variable of the launchers (``os.environ["RANK"]``),
+names one by a usual name (``rank``, ``args.local_rank``, ``is_master``...), or reads a variable
+assigned from any of these.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ._query import Query
+
+RANK_CALLS = {
+    "torch.distributed.get_rank",
+    "torch.distributed.get_node_local_rank",
+    "dpmigrate.runtime.torch.rank",
+    "dpmigrate.runtime.torch.local_rank",
+    "dpmigrate.runtime.torch.is_main_process",
+    "dpmigrate.runtime.torch.role",
+}
+RANK_WORDS = {
+    "rank", "local_rank", "global_rank", "node_rank", "world_rank", "is_main_process",
+    "is_local_main_process", "is_master", "is_main", "main_process", "is_chief", "master_process",
+    "is_rank_zero", "is_rank0",
+}
+RANK_VARIABLES = {"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "PADDLE_TRAINER_ID"}
+
+COLLECTIVES = {
+    *(f"torch.distributed.{n}" for n in (
+        "all_reduce", "reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "gather",
+        "gather_object", "scatter", "scatter_object_list", "broadcast", "broadcast_object_list", "barrier",
+        "monitored_barrier", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+        "new_group",
+    )),
+    *(f"dpmigrate.runtime.torch.{n}" for n in (
+        "all_reduce", "all_gather", "broadcast", "barrier", "save", "main_process_first", "distributed_model",
+    )),
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+}
+
+
+class RankAnalysis:
+    """Rank-dependence of expressions and collective-ness of calls in one module."""
+
+    def __init__(self, query: Query) -> None:
+        self.q = query
+        self.tainted: set[str] = set()
+        assignments = list(m.findall(query.module, m.Assign() | m.AnnAssign()))
+        changed = True
+        while changed:
+            changed = False
+            for assign in assignments:
+                if assign.value is None or not self.depends_on_rank(assign.value):
+                    continue
+                targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+                for target in targets:
+                    if isinstance(target, cst.Name) and target.value not in self.tainted:
+                        self.tainted.add(target.value)
+                        changed = True
+        self.collective_functions = self._collective_functions()
+
+    def depends_on_rank(self, expression: cst.CSTNode) -> bool:
+        for node in m.findall(expression, m.Call() | m.Name() | m.Attribute() | m.SimpleString()):
+            if isinstance(node, cst.Call) and self.q.is_call_to(node, RANK_CALLS):
+                return True
+            if isinstance(node, cst.Name) and (node.value in RANK_WORDS or node.value in self.tainted):
+                return True
+            if isinstance(node, cst.Attribute) and node.attr.value in RANK_WORDS:
+                return True
+            if isinstance(node, cst.SimpleString) and node.evaluated_value in RANK_VARIABLES:
+                return True
+        return False
+
+    def rank_condition(self, node: cst.CSTNode) -> cst.If | None:
+        """The innermost ``if`` with a rank-dependent test that ``node`` is in (body or else)."""
+        for ancestor in self.q.ancestors(node):
+            if isinstance(ancestor, cst.FunctionDef):
+                return None
+            if isinstance(ancestor, cst.If) and not _in_test(ancestor, node) and self.depends_on_rank(ancestor.test):
+                return ancestor
+        return None
+
+    def collective(self, call: cst.Call) -> str | None:
+        """What the call is, when every rank must reach it (directly or inside a function it calls)."""
+        for name in sorted(self.q.qualified_names(call.func)):
+            if name in COLLECTIVES:
+                return name.replace("dpmigrate.runtime.torch.", "dp.").replace("torch.distributed.", "dist.")
+        if isinstance(call.func, cst.Name) and call.func.value in self.collective_functions:
+            return f"{call.func.value}() (it calls {self.collective_functions[call.func.value]})"
+        return None
+
+    def _collective_functions(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        functions = self.q.module_functions()
+        changed = True
+        while changed:
+            changed = False
+            for name, function in functions.items():
+                if name in found:
+                    continue
+                for call in m.findall(function.body, m.Call()):
+                    what = self._direct_collective(call) or found.get(getattr(call.func, "value", None))
+                    if what and self.rank_condition(call) is None:
+                        found[name] = what
+                        changed = True
+                        break
+        return found
+
+    def _direct_collective(self, call: cst.Call) -> str | None:
+        for name in sorted(self.q.qualified_names(call.func)):
+            if name in COLLECTIVES:
+                return name.replace("dpmigrate.runtime.torch.", "dp.").replace("torch.distributed.", "dist.")
+        return None
+
+
+def _in_test(statement: cst.If, node: cst.CSTNode) -> bool:
+    return any(n is node for n in m.findall(statement.test, m.MatchIfTrue(lambda _: True)))

@@ -1,0 +1,47 @@
+"""Print once, not once per rank."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ._base import Rule
+
+_EXITS = {"sys.exit", "builtins.exit", "builtins.quit", "os._exit"}
+
+
+class MainProcessPrint(Rule):
+    """Replace ``print(...)`` with ``dp.print(...)``, which prints on the main process only.
+
+    Why: launched on N processes every line of the log appears N times, interleaved.
+    Example:  print('Train Epoch: {}'.format(epoch))  ->  dp.print('Train Epoch: {}'.format(epoch))
+    Matched by qualified name (``builtins.print``): a ``print`` the script defines itself is kept.
+    Leaves alone: prints to a file (``file=sys.stderr``...) and prints followed by ``sys.exit`` or
+    ``raise`` (error messages, e.g. argument errors): every rank should still show those.
+    """
+
+    name = "main-process-print"
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.q.is_call_to(node, {"builtins.print"}):
+            return
+        if any(a.keyword is not None and a.keyword.value == "file" for a in node.args) or self._before_exit(node):
+            return
+        self.ctx.plan.replace(node, lambda updated: updated.with_changes(
+            func=cst.Attribute(cst.Name(self.ctx.alias), cst.Name("print"))))
+        self.ctx.plan.needs_runtime_import = True
+        self.report(node, "change", "print -> dp.print: printed once, by the main process")
+
+    def _before_exit(self, node: cst.Call) -> bool:
+        statement = self.q.statement_of(node)
+        block = self.q.block_of(statement) if statement is not None else None
+        if block is None:
+            return False
+        body = list(block.body)
+        following = body[body.index(statement) + 1:]
+        if not following:
+            return False
+        after = following[0]
+        if m.matches(after, m.SimpleStatementLine(body=[m.Raise()])):
+            return True
+        return any(self.q.is_call_to(c, _EXITS) for c in m.findall(after, m.Call()))
