@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import io
 import os
 import sys
 import time
@@ -192,8 +193,9 @@ def _apply(source: Source, outcome: Outcome, args: argparse.Namespace, color: bo
 
 
 def _diff(conversion: Conversion, encoding: str, color: bool) -> str:
-    before = conversion.original.decode(encoding).splitlines(keepends=True)
-    after = conversion.output.decode(encoding).splitlines(keepends=True)
+    # Python's own line breaks only (str.splitlines would also break at form feeds and U+2028)
+    before = io.StringIO(conversion.original.decode(encoding), newline="").readlines()
+    after = io.StringIO(conversion.output.decode(encoding), newline="").readlines()
     out = []
     for line in difflib.unified_diff(before, after, fromfile=conversion.path, tofile=conversion.path):
         if not line.endswith("\n"):

@@ -248,6 +248,20 @@ def test_write_protected_file_exits_2_and_is_untouched(tmp_path, capsys):
     assert leftovers(tmp_path) == []
 
 
+def test_file_in_a_write_protected_folder_exits_2_and_is_untouched(tmp_path, capsys):
+    folder = tmp_path / "ro"
+    script = write(folder / "train.py", TORCH_SCRIPT)
+    needs_a_change(expected(script))
+    folder.chmod(0o555)
+    try:
+        assert main([str(script)]) == 2
+        assert f"{script}: error: cannot be written: its folder {folder} is write-protected" in capsys.readouterr().err
+        assert script.read_bytes() == TORCH_SCRIPT
+        assert sorted(p.name for p in folder.iterdir()) == ["train.py"]
+    finally:
+        folder.chmod(0o755)
+
+
 def test_copy_into_a_write_protected_folder_exits_2_and_leaves_no_temporary_file(tmp_path, capsys):
     script = write(tmp_path / "train.py", TORCH_SCRIPT)
     out = tmp_path / "out"
@@ -454,6 +468,11 @@ def test_help_imports_no_framework():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "--check" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_launch_is_dispatched_to_the_launcher(capsys):
+    assert main(["launch", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: dpmigrate launch")
 
 
 def test_python_dash_m_runs_the_same_command(tmp_path):
