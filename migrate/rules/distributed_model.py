@@ -6,7 +6,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ._base import Rule
-from ._query import assigned_names, body_statements, optimizer_class, parameter_owners
+from ._query import assigned_names, body_statements, optimizer_class, parameter_owners, target_names
 
 _PARAMETERS = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
 
@@ -21,10 +21,10 @@ class DistributedModel(Rule):
     Example:  model = Net().to(device)          model = Net().to(device)
               optimizer = optim.SGD(...)   ->   model = dp.distributed_model(model)
                                                 optimizer = optim.SGD(...)
-    A model is what an optimizer (``torch.optim.*``, by qualified name) takes the parameters of, or
-    whose ``.parameters()`` a training function updates by hand. The insertion goes after the last
-    statement that mentions the model before the first loop or training call of the block that
-    builds it.
+    A model is what an optimizer (``torch.optim.*``, by qualified name, or the script's own class)
+    takes the parameters of, or whose ``.parameters()`` a training function updates by hand. The insertion goes after the last
+    statement that assigns the model or calls one of its methods, before the first loop or
+    training call of the block that builds it.
     Leaves alone: a model built in another function than the one that uses it (declined: wrap it
     where it is built).
     """
@@ -56,7 +56,9 @@ class DistributedModel(Rule):
     def _model_sites(self):
         """(node, model name) for every optimizer and every hand-written parameter update."""
         for call in m.findall(self.ctx.module, m.Call()):
-            if optimizer_class(self.q, call) is not None:
+            # torch optimizers, and anything else handed a model's parameters (a hand-written
+            # optimizer class, clip_grad_norm_): the model is the same either way
+            if optimizer_class(self.q, call) is not None or _takes_parameters(call):
                 for name in parameter_owners(call):
                     yield call, name
         for name, function in self.q.module_functions().items():
@@ -85,7 +87,7 @@ class DistributedModel(Rule):
             if isinstance(statement, (cst.For, cst.While)) or self.q.trains(statement):
                 stop = index
                 break
-        anchor = max(i for i in range(created, stop) if _mentions_model(statements[i], name))
+        anchor = max(i for i in range(created, stop) if _sets_up(statements[i], name))
         self.ctx.plan.insert_after(statements[anchor], self.statement(f"{name} = {{dp}}.distributed_model({name})\n"))
         self.report(
             statements[anchor], "change",
@@ -94,24 +96,29 @@ class DistributedModel(Rule):
         return True
 
 
-def _mentions_model(statement: cst.CSTNode, name: str) -> bool:
-    """Mentions ``name`` other than to hand its parameters to an optimizer, or in a nested def."""
+def _takes_parameters(call: cst.Call) -> bool:
+    return any(m.matches(a.value, _PARAMETERS) for a in call.args[:1])
+
+
+def _sets_up(statement: cst.CSTNode, name: str) -> bool:
+    """Assigns ``name`` or calls one of its methods (``.to``, ``.apply``, ``.load_state_dict``...).
+
+    Passing the model to a function (``validate(model)``, ``print(model)``) or handing its
+    parameters to an optimizer is using it, not setting it up. Nested definitions are skipped.
+    """
 
     class _Finder(cst.CSTVisitor):
         found = False
 
-        def visit_Call(self, node: cst.Call) -> bool:
-            return not m.matches(node, _PARAMETERS)
-
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return False
 
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self.found = self.found or name in target_names(node.target)
 
-        def visit_Name(self, node: cst.Name) -> None:
-            self.found = self.found or node.value == name
+        def visit_Call(self, node: cst.Call) -> None:
+            if m.matches(node.func, m.Attribute(value=m.Name(name))) and not m.matches(node, _PARAMETERS):
+                self.found = True
 
     finder = _Finder()
     statement.visit(finder)

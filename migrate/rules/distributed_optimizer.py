@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from ._base import Rule
 from ._query import optimizer_class
@@ -22,7 +23,7 @@ class DistributedOptimizer(Rule):
     (the global batch is N times larger under ``--batch per-device``).
     Leaves alone: schedulers (``torch.optim.lr_scheduler``) and optimizers built dynamically
     (``getattr(optim, name)``); with ``--scale-lr``, an optimizer using its default learning rate
-    (declined).
+    (declined), and learning rates set by hand later (``param_group['lr'] = ...``, declined).
     """
 
     name = "distributed-optimizer"
@@ -35,6 +36,20 @@ class DistributedOptimizer(Rule):
         self.report(node, "change", f"{qualified.rsplit('.', 1)[-1]}(...) -> dp.distributed_optimizer(...)")
         if self.ctx.options.scale_lr != "none":
             self._scale_lr(node, qualified)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self.ctx.options.scale_lr == "none":
+            return
+        for target in node.targets:
+            if m.matches(target.target, m.Subscript(slice=[m.SubscriptElement(m.Index(m.SimpleString()))])):
+                key = target.target.slice[0].slice.value.evaluated_value
+                if key == "lr":
+                    rule = self.ctx.options.scale_lr
+                    self.report(
+                        node, "declined",
+                        f"--scale-lr {rule}: this sets a learning rate by hand, after the optimizer was built",
+                        f'scale it too: {self.code(target.target)} = dp.scale_lr(<value>, "{rule}")',
+                    )
 
     def _scale_lr(self, node: cst.Call, qualified: str) -> None:
         rule = self.ctx.options.scale_lr

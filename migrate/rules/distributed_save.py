@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from ._base import Rule
 from ._rank import RankAnalysis
@@ -18,7 +19,11 @@ class DistributedSave(Rule):
     Example:  torch.save(model.state_dict(), "mnist_cnn.pt")  ->  dp.save(model.state_dict(), "mnist_cnn.pt")
     Unsafe when: only some ranks reach the line; ``dp.save`` is a meeting point, every rank must
     call it (the ``rank-divergent-code`` check reports a save under a rank condition).
-    Leaves alone: a ``torch.save`` already under a rank condition (``if rank == 0:``), reported.
+    ``with open(path, "wb") as f: torch.save(obj, f)`` becomes ``dp.save(obj, path)`` (every rank
+    opening the file for writing would truncate it under rank 0).
+    Leaves alone (declined): a ``torch.save`` already under a rank condition (``if rank == 0:``);
+    ``torch.save(model, f)`` of a whole wrapped model object; a save into a file opened with other
+    statements in the same ``with``.
     """
 
     name = "distributed-save"
@@ -35,11 +40,65 @@ class DistributedSave(Rule):
                 "keep it (only that rank writes, not atomically), or call dp.save(...) on every rank without the condition",
             )
             return
-        self.ctx.plan.replace(node, lambda updated: updated.with_changes(
-            func=cst.Attribute(cst.Name(self.ctx.alias), cst.Name("save"))))
-        self.ctx.plan.needs_runtime_import = True
+        saved = node.args[0].value if node.args else None
+        if isinstance(saved, cst.Name) and saved.value in self.ctx.facts.get("models", ()):
+            self.report(
+                node, "declined",
+                f"torch.save({saved.value}, ...) pickles the whole model object, which is the DDP wrapper once "
+                "converted; a checkpoint of it would not load in the original script",
+                f"save {saved.value}.state_dict() with dp.save and load it with load_state_dict",
+            )
+            return
+        opened = self._opened_file(node)
+        if opened is not None:
+            self._save_to_path(node, *opened)
+            return
+        self.ctx.plan.replace(node, lambda updated: updated.with_changes(func=self._dp_save()))
         self.report(node, "change", "torch.save -> dp.save: rank 0 writes atomically, then all ranks meet "
                     "(every rank must reach this line)")
+
+    def _dp_save(self) -> cst.Attribute:
+        self.ctx.plan.needs_runtime_import = True
+        return cst.Attribute(cst.Name(self.ctx.alias), cst.Name("save"))
+
+    def _opened_file(self, node: cst.Call):
+        """``with open(path, "wb") as f: torch.save(obj, f)``: (the with statement, path), else None."""
+        if len(node.args) < 2 or not isinstance(node.args[1].value, cst.Name):
+            return None
+        handle = node.args[1].value.value
+        for ancestor in self.q.ancestors(node):
+            if isinstance(ancestor, cst.With):
+                for item in ancestor.items:
+                    if m.matches(item, m.WithItem(m.Call(func=m.Name("open")), asname=m.AsName(m.Name(handle)))):
+                        return ancestor, item.item.args[0].value
+        return None
+
+    def _save_to_path(self, node: cst.Call, with_statement: cst.With, path: cst.BaseExpression) -> None:
+        body = with_statement.body
+        alone = (
+            len(with_statement.items) == 1
+            and isinstance(body, cst.IndentedBlock)
+            and len(body.body) == 1
+            and m.matches(body.body[0], m.SimpleStatementLine(body=[m.Expr(m.Call())]))
+            and body.body[0].body[0].value is node
+        )
+        if not alone:
+            self.report(
+                node, "declined",
+                "torch.save writes into a file that every rank opens for writing (`with open(...) as f:`)",
+                f"save by path on every rank instead: dp.save(obj, {self.code(path)})",
+            )
+            return
+
+        def rewrite(updated: cst.With) -> cst.SimpleStatementLine:
+            saved = updated.body.body[0].body[0].value.args[0]
+            target = updated.items[0].item.args[0].value
+            call = cst.Call(self._dp_save(), args=[saved.with_changes(comma=cst.MaybeSentinel.DEFAULT), cst.Arg(target)])
+            return cst.SimpleStatementLine([cst.Expr(call)], leading_lines=updated.leading_lines)
+
+        self.ctx.plan.replace(with_statement, rewrite)
+        self.report(node, "change", f"with open(...) as f: torch.save(obj, f) -> dp.save(obj, {self.code(path)}): "
+                    "rank 0 writes atomically, then all ranks meet")
 
     def _ranks(self) -> RankAnalysis:
         if "ranks" not in self.ctx.facts:

@@ -51,10 +51,10 @@ class RankDevice(Rule):
         elif m.matches(node.func, m.Attribute(attr=m.Name("to"))):
             self._dot_to(node)
         for arg in node.args:
-            if arg.keyword is not None and arg.keyword.value == "device" and cuda_string(arg.value):
+            if arg.keyword is not None and arg.keyword.value in ("device", "map_location") and cuda_string(arg.value):
                 if not m.matches(node.func, m.Attribute(attr=m.Name("to"))):
                     self.ctx.plan.replace(arg, lambda a: a.with_changes(value=self.dp("device()")))
-                    self.report(arg, "change", "device=\"cuda\" -> dp.device(): this rank's device")
+                    self.report(arg, "change", f"{arg.keyword.value}={self.code(arg.value)} -> dp.device(): this rank's device")
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         parent = self.q.parent(self.q.parent(node))
@@ -146,4 +146,7 @@ class RankDevice(Rule):
 
     def _is_module_attribute(self, func: cst.Attribute) -> bool:
         """``torch.cuda`` itself (a module), as opposed to ``tensor.cuda`` (a method)."""
-        return any(q.startswith("torch.") for q in self.q.qualified_names(func))
+        owner = func.value
+        if not isinstance(owner, (cst.Name, cst.Attribute)):
+            return False  # nn.CrossEntropyLoss().cuda(): a method of the object the call built
+        return any(q == "torch" or q.startswith("torch.") for q in self.q.qualified_names(owner))
