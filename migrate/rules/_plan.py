@@ -103,7 +103,9 @@ class _Applier(cst.CSTTransformer):
         rewritten = dict(zip(map(id, original.body), updated.body))
         body: list[cst.BaseStatement] = []
         for old in original.body:
-            body.extend(plan._before.get(old, ()))
+            before = plan._before.get(old, ())
+            if before:
+                rewritten[id(old)] = _insert_before(before, rewritten[id(old)], body)
             if old in plan._groups:
                 group = plan._groups[old]
                 body.append(group.wrapper([rewritten.get(id(s), s) for s in group.statements]))
@@ -113,3 +115,18 @@ class _Applier(cst.CSTTransformer):
         if not body and isinstance(updated, cst.IndentedBlock):
             body = [cst.SimpleStatementLine([cst.Pass()])]
         return updated.with_changes(body=body)
+
+
+def _insert_before(new: Sequence[cst.BaseStatement], statement: cst.BaseStatement, body: list) -> cst.BaseStatement:
+    """Put ``new`` in ``body`` where ``statement`` begins: after its blank lines, before its comments.
+
+    Returns ``statement`` without the blank lines it gave away.
+    """
+    lines = list(getattr(statement, "leading_lines", ()))
+    blank = 0
+    while blank < len(lines) and lines[blank].comment is None:
+        blank += 1
+    first, *rest = new
+    body.append(first.with_changes(leading_lines=lines[:blank]) if hasattr(first, "leading_lines") else first)
+    body.extend(rest)
+    return statement.with_changes(leading_lines=lines[blank:]) if blank else statement

@@ -98,6 +98,10 @@ class Query:
             self._training_functions = found
         return self._training_functions
 
+    def is_training_script(self) -> bool:
+        """The file runs a backward pass or an optimizer step somewhere (not only models or helpers)."""
+        return self.trains(self.module)
+
     def trains(self, node: cst.CSTNode) -> bool:
         """True when ``node`` runs a backward pass or an optimizer step, directly or via a call."""
         return has_backward(node) or bool(called_names(node) & self.training_functions())

@@ -22,12 +22,15 @@ class InitRuntime(Rule):
                   ...                              dp.init()
     The entry point is the function called from ``if __name__ == "__main__":``, else that block, else
     the module top (after the imports) for scripts without one.
-    Leaves alone: nothing; unlaunched, ``dp.init()`` starts nothing, so it is always safe.
+    Leaves alone: files that train nothing (no ``backward()`` or optimizer step: modules of models
+    and helpers, imported by the script); every runtime call starts the runtime lazily anyway.
     """
 
     name = "init-runtime"
 
     def finish(self) -> None:
+        if not self.q.is_training_script():
+            return  # a module of models or helpers: any dp call it gets starts the runtime lazily
         block, anchor, after = self._entry_point()
         statement = self.statement("{dp}.init()\n")
         if after:

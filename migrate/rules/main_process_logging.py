@@ -30,7 +30,7 @@ class MainProcessLogging(Rule):
     def finish(self) -> None:
         first = next((c for c in m.findall(self.ctx.module, _LOGGING_CALLS)
                       if self.q.callee_starts_with(c, "logging.")), None)
-        if first is None or "init_anchor" not in self.ctx.facts:
+        if first is None or "init_anchor" not in self.ctx.facts:  # no logging, or not a training script
             return
         if not self._imports_logging():
             self.report(

@@ -16,11 +16,14 @@ class MainProcessPrint(Rule):
     Why: launched on N processes every line of the log appears N times, interleaved.
     Example:  print('Train Epoch: {}'.format(epoch))  ->  dp.print('Train Epoch: {}'.format(epoch))
     Matched by qualified name (``builtins.print``): a ``print`` the script defines itself is kept.
-    Leaves alone: prints to a file (``file=sys.stderr``...) and prints followed by ``sys.exit`` or
+    Leaves alone: files that train nothing (helpers other programs may import); prints to a file (``file=sys.stderr``...) and prints followed by ``sys.exit`` or
     ``raise`` (error messages, e.g. argument errors): every rank should still show those.
     """
 
     name = "main-process-print"
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        return self.q.is_training_script()  # a helper module's prints may serve other programs
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.q.is_call_to(node, {"builtins.print"}):

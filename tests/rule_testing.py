@@ -1,0 +1,31 @@
+"""Helpers for the focused rule tests, in the spirit of LibCST's ``CodemodTest``: a ``before`` and an
+``after`` source (dedented), and a no-op case that must come back byte-identical."""
+
+from __future__ import annotations
+
+import textwrap
+
+from dpmigrate.engine import convert
+from dpmigrate.findings import Conversion, Finding, Options
+
+IMPORT = "import dpmigrate.runtime.torch as dp\n"
+
+
+def convert_text(before: str, **options) -> Conversion:
+    return convert(textwrap.dedent(before).encode(), "train.py", Options(**options))
+
+
+def assert_converts(before: str, after: str, **options) -> Conversion:
+    result = convert_text(before, **options)
+    assert result.output.decode() == textwrap.dedent(after)
+    return result
+
+
+def assert_unchanged(before: str, **options) -> Conversion:
+    result = convert_text(before, **options)
+    assert result.output == textwrap.dedent(before).encode()
+    return result
+
+
+def findings_of(result: Conversion, rule: str, severity: str | None = None) -> list[Finding]:
+    return [f for f in result.findings if f.rule == rule and (severity is None or f.severity == severity)]

@@ -1,0 +1,140 @@
+"""init-runtime: dp.init() at the start of the entry point of a training script, after the
+arguments are parsed."""
+
+from rule_testing import assert_converts, assert_unchanged, convert_text, findings_of
+
+
+def test_init_goes_after_parse_args_in_the_function_the_main_guard_calls():
+    assert_converts(
+        """
+        import argparse
+        import torch
+
+        def main():
+            parser = argparse.ArgumentParser()
+            args = parser.parse_args()
+            torch.manual_seed(0)
+            loss.backward()
+
+        if __name__ == "__main__":
+            main()
+        """,
+        """
+        import argparse
+        import torch
+        import dpmigrate.runtime.torch as dp
+
+        def main():
+            parser = argparse.ArgumentParser()
+            args = parser.parse_args()
+            dp.init()
+            torch.manual_seed(0)
+            loss.backward()
+
+        if __name__ == "__main__":
+            main()
+        """,
+    )
+
+
+def test_init_goes_first_in_an_entry_function_that_parses_nothing():
+    assert_converts(
+        '''
+        import torch
+
+        def main(seed):
+            """Train."""
+            torch.manual_seed(seed)
+            loss.backward()
+
+        if __name__ == "__main__":
+            main(0)
+        ''',
+        '''
+        import torch
+        import dpmigrate.runtime.torch as dp
+
+        def main(seed):
+            """Train."""
+            dp.init()
+            torch.manual_seed(seed)
+            loss.backward()
+
+        if __name__ == "__main__":
+            main(0)
+        ''',
+    )
+
+
+def test_init_goes_after_parse_args_in_the_main_guard_itself():
+    assert_converts(
+        """
+        import argparse
+        import torch
+
+        parser = argparse.ArgumentParser()
+
+        if __name__ == "__main__":
+            args = parser.parse_args()
+            torch.manual_seed(0)
+            loss.backward()
+        """,
+        """
+        import argparse
+        import torch
+        import dpmigrate.runtime.torch as dp
+
+        parser = argparse.ArgumentParser()
+
+        if __name__ == "__main__":
+            args = parser.parse_args()
+            dp.init()
+            torch.manual_seed(0)
+            loss.backward()
+        """,
+    )
+
+
+def test_init_goes_after_the_imports_of_a_script_without_arguments():
+    assert_converts(
+        """
+        import torch
+
+        torch.manual_seed(0)
+        loss.backward()
+        """,
+        """
+        import torch
+        import dpmigrate.runtime.torch as dp
+
+        dp.init()
+        torch.manual_seed(0)
+        loss.backward()
+        """,
+    )
+
+
+def test_init_is_reported_where_it_is_inserted():
+    result = convert_text(
+        """
+        import argparse, torch
+        args = argparse.ArgumentParser().parse_args()
+        loss.backward()
+        """
+    )
+    [finding] = findings_of(result, "init-runtime")
+    assert (finding.line, finding.col, finding.severity) == (3, 1, "change")  # line 1 is blank
+
+
+def test_a_module_that_trains_nothing_gets_no_init():
+    assert_unchanged(
+        """
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def forward(self, x):
+                print(x.shape)
+                return x
+        """
+    )
