@@ -34,20 +34,17 @@ class Plan:
         self._remove: set[cst.CSTNode] = set()
         self._groups: dict[cst.CSTNode, _Group] = {}
         self._grouped: set[cst.CSTNode] = set()
-        self.needs_runtime_import = False
+        self.needs_runtime_import = False  # set by whoever builds code that names the runtime
 
     def replace(self, node: cst.CSTNode, replacement: Replacement) -> None:
         """Rewrite ``node``; ``replacement`` gets it as earlier edits (inner ones included) left it."""
         self._replace.setdefault(node, []).append(replacement)
-        self.needs_runtime_import = True
 
     def insert_before(self, statement: cst.BaseStatement, *new: cst.BaseStatement) -> None:
         self._before.setdefault(statement, []).extend(new)
-        self.needs_runtime_import = True
 
     def insert_after(self, statement: cst.BaseStatement, *new: cst.BaseStatement) -> None:
         self._after.setdefault(statement, []).extend(new)
-        self.needs_runtime_import = True
 
     def remove(self, statement: cst.BaseStatement) -> None:
         self._remove.add(statement)
@@ -61,7 +58,6 @@ class Plan:
             return False
         self._groups[statements[0]] = _Group(tuple(statements), wrapper)
         self._grouped.update(statements)
-        self.needs_runtime_import = True
         return True
 
     def is_replaced(self, node: cst.CSTNode) -> bool:

@@ -37,8 +37,9 @@ class DistributedModel(Rule):
         for site, name in self._model_sites():
             scope = self._binding_scope(name, site)
             if scope is None:
-                if (id(site), name) not in done:
-                    done.add((id(site), name))
+                key = (id(self.q.function_of(site)), name)
+                if key not in done:
+                    done.add(key)
                     self.report(
                         site, "declined",
                         f"`{name}` is built outside the function that trains it; cannot tell where to wrap it",
