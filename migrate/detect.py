@@ -17,7 +17,11 @@ from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProv
 
 Status = Literal["convert", "converted", "hand-distributed", "multiprocessing", "mixed", "unsupported", "none"]
 
-FRAMEWORK_ROOTS = {"torch": "torch", "tensorflow": "tensorflow", "keras": "tensorflow", "paddle": "paddle"}
+FRAMEWORK_ROOTS = {
+    "torch": "torch", "torchvision": "torch", "torchaudio": "torch", "torchtext": "torch",
+    "tensorflow": "tensorflow", "keras": "tensorflow", "tf_keras": "tensorflow",
+    "paddle": "paddle", "paddlenlp": "paddle",
+}
 SUPPORTED = {"torch"}
 
 _DISTRIBUTED = (
