@@ -83,7 +83,7 @@ def detect(wrapper: MetadataWrapper) -> Detection:
             **where(found.runtime),
         )
     if len(frameworks) > 1:
-        first = found.frameworks[frameworks[1]]
+        first = list(found.frameworks.values())[1]  # the import that brought in a second framework
         return Detection(
             "mixed", frameworks=frameworks,
             reason=f"imports {' and '.join(frameworks)}: a file mixing frameworks is never half-converted",
