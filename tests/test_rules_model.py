@@ -152,3 +152,24 @@ def test_a_model_updated_by_hand_is_found_through_its_parameters():
         """
     )
     assert "model = Net()\nmodel = dp.distributed_model(model)\n" in result.output.decode()
+
+
+def test_a_model_held_in_an_attribute_is_declined():
+    result = convert_text(
+        """
+        import torch
+
+        class Trainer:
+            def setup(self):
+                self.model = Net()
+                self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def step(self, x):
+                self.model(x).sum().backward()
+                self.opt.step()
+        """
+    )
+    text = result.output.decode()
+    assert "self = dp" not in text and "distributed_model" not in text
+    [finding] = findings_of(result, "distributed-model", "declined")
+    assert "self.model = dp.distributed_model(self.model)" in finding.fix

@@ -132,3 +132,24 @@ def test_consecutive_downloads_share_one_main_process_first_block():
 
 def test_datasets_read_without_download_are_left_alone():
     assert_unchanged("from torchvision import datasets\nds = datasets.MNIST('../data', train=False)\n")
+
+
+def test_progress_bars_show_on_the_main_process_only():
+    result = convert_text("import torch\nfrom tqdm import tqdm\nfor x in tqdm(loader):\n    loss.backward()\n")
+    assert "for x in tqdm(loader, disable=not dp.is_main_process()):" in result.output.decode()
+    assert findings_of(result, "main-process-output", "change")
+
+
+def test_a_progress_bar_with_its_own_disable_is_left_alone():
+    result = convert_text("import torch, tqdm\nfor x in tqdm.tqdm(loader, disable=quiet):\n    loss.backward()\n")
+    assert "disable=quiet)" in result.output.decode() and not findings_of(result, "main-process-output")
+
+
+def test_sample_images_are_written_by_the_main_process_only():
+    result = convert_text(
+        "import torch\nimport torchvision.utils as vutils\nloss.backward()\n"
+        "if i % 100 == 0:\n    vutils.save_image(fake, 'fake.png', normalize=True)\n"
+    )
+    assert (
+        "if i % 100 == 0:\n    if dp.is_main_process():\n        vutils.save_image(fake, 'fake.png', normalize=True)\n"
+    ) in result.output.decode()

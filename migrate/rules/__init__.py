@@ -17,6 +17,7 @@ from .evaluation_loader import EvaluationLoader
 from .global_batch_size import GlobalBatchSize
 from .init_runtime import InitRuntime
 from .main_process_logging import MainProcessLogging
+from .main_process_output import MainProcessOutput
 from .main_process_print import MainProcessPrint
 from .manual_batching import ManualBatching
 from .rank_divergence import RankDivergence
@@ -41,5 +42,6 @@ def all_rules() -> list[type[Rule]]:
         DistributedSave,
         MainProcessPrint,
         MainProcessLogging,
+        MainProcessOutput,
         RankDivergence,
     ]

@@ -209,3 +209,8 @@ def parameter_owners(call: cst.Call) -> list[str]:
             if isinstance(owner, cst.Name) and owner.value not in owners:
                 owners.append(owner.value)
     return owners
+
+
+def attribute_held(owners: list[str]) -> list[str]:
+    """Owners that are an object's attributes (``self.model.parameters()``): not a model variable."""
+    return [o for o in owners if o in ("self", "cls")]

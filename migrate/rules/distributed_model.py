@@ -6,7 +6,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from ._base import Rule
-from ._query import assigned_names, body_statements, optimizer_class, parameter_owners, target_names
+from ._query import (
+    assigned_names, attribute_held, body_statements, optimizer_class, parameter_owners, target_names,
+)
 
 _PARAMETERS = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
 
@@ -25,8 +27,8 @@ class DistributedModel(Rule):
     takes the parameters of, or whose ``.parameters()`` a training function updates by hand. The insertion goes after the last
     statement that assigns the model or calls one of its methods, before the first loop or
     training call of the block that builds it.
-    Leaves alone: a model built in another function than the one that uses it (declined: wrap it
-    where it is built).
+    Leaves alone: a model built in another function than the one that uses it, or held in an
+    attribute (``self.model``): declined, wrap it where it is built.
     """
 
     name = "distributed-model"
@@ -35,6 +37,15 @@ class DistributedModel(Rule):
         done: set[tuple[int, str]] = set()
         models: list[str] = []
         for site, name in self._model_sites():
+            if attribute_held([name]):
+                if (id(site), name) not in done:
+                    done.add((id(site), name))
+                    self.report(
+                        site, "declined",
+                        "the model is held in an attribute (self....): cannot tell where it is built and placed",
+                        "where it is assigned and moved to its device, add `self.model = dp.distributed_model(self.model)`",
+                    )
+                continue
             scope = self._binding_scope(name, site)
             if scope is None:
                 key = (id(self.q.function_of(site)), name)
