@@ -138,3 +138,22 @@ def test_a_module_that_trains_nothing_gets_no_init():
                 return x
         """
     )
+
+
+def test_a_script_that_parses_at_the_top_is_initialised_there_not_in_a_step_function():
+    result = convert_text(
+        """
+        import argparse, torch
+        args = argparse.ArgumentParser().parse_args()
+
+        def train(epoch):
+            loss.backward()
+
+        if __name__ == "__main__":
+            for epoch in range(3):
+                train(epoch)
+        """
+    )
+    text = result.output.decode()
+    assert "args = argparse.ArgumentParser().parse_args()\ndp.init()\n" in text
+    assert text.count("dp.init()") == 1

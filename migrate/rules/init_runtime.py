@@ -20,8 +20,9 @@ class InitRuntime(Rule):
     Example:  def main():                      def main():
                   args = parser.parse_args()  ->   args = parser.parse_args()
                   ...                              dp.init()
-    The entry point is the function called from ``if __name__ == "__main__":``, else that block, else
-    the module top (after the imports) for scripts without one.
+    The entry point is the ``__main__`` block when it parses the arguments, else the module top when
+    the script parses them there, else the function the ``__main__`` block calls (``main()``), else
+    that block, else the module top (after the imports) for scripts without one.
     Leaves alone: files that train nothing (no ``backward()`` or optimizer step: modules of models
     and helpers, imported by the script); every runtime call starts the runtime lazily anyway.
     """
@@ -48,6 +49,8 @@ class InitRuntime(Rule):
             guard = guards[-1]
             statements = list(guard.body.body) if isinstance(guard.body, cst.IndentedBlock) else []
             parsed = _first(statements, _parses_args)
+            if parsed is None and _first(list(module.body), _parses_args) is not None:
+                return self._module_top(list(module.body))  # a script that parses at the top
             if parsed is None:
                 function = self._called_function(statements)
                 if function is not None and isinstance(function.body, cst.IndentedBlock):
@@ -59,6 +62,8 @@ class InitRuntime(Rule):
     def _called_function(self, statements: list[cst.BaseStatement]) -> cst.FunctionDef | None:
         functions = self.q.module_functions()
         for statement in statements:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue  # `for epoch in ...: train(epoch)` calls a step, not the entry point
             for call in m.findall(statement, m.Call(func=m.Name())):
                 if call.func.value in functions:
                     return functions[call.func.value]
