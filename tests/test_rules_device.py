@@ -30,6 +30,7 @@ HEAD = "import torch\n"
         ('x = x.to("cuda:1", non_blocking=True)', "x = x.to(dp.device(), non_blocking=True)"),
         ('z = torch.zeros(3, device="cuda")', "z = torch.zeros(3, device=dp.device())"),
         ('c = torch.load(p, map_location="cuda:0")', "c = torch.load(p, map_location=dp.device())"),
+        ("device = torch.accelerator.current_accelerator()", "device = dp.device()"),
     ],
 )
 def test_cuda_devices_become_the_rank_device(before, after):
@@ -59,6 +60,7 @@ def test_set_device_is_removed_and_reported():
         'device = torch.device("mps")\n',
         "ok = torch.cuda.is_available()\nn = torch.cuda.device_count()\n",
         "x = x.to(torch.float16)\n",
+        "kind = torch.accelerator.current_accelerator().type\n",
     ],
 )
 def test_cpu_and_non_device_code_is_left_alone(source):

@@ -33,6 +33,8 @@ class RankDevice(Rule):
               model.cuda()          -> model.to(dp.device())
               torch.device("cuda" if use_cuda else "cpu")
            -> dp.device() if use_cuda else torch.device("cpu")   (the script's own flags still rule)
+    ``torch.accelerator.current_accelerator()`` becomes ``dp.device()`` too (its ``.type`` is left:
+    a device type without an index means the current device, which ``dp.init()`` pins).
     ``torch.cuda.set_device(...)`` is removed: ``dp.init()`` pins this rank's GPU.
     Leaves alone: ``torch.device("cpu")`` and ``"mps"`` (a CPU-only script stays on the CPU); a device
     taken from a variable (``torch.device(args.device)``: declined, every rank would pick the same
@@ -44,6 +46,8 @@ class RankDevice(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if self.q.is_call_to(node, {"torch.device"}):
             self._torch_device(node)
+        elif self.q.is_call_to(node, {"torch.accelerator.current_accelerator"}):
+            self._current_accelerator(node)
         elif self.q.is_call_to(node, {"torch.cuda.set_device"}):
             self._set_device(node)
         elif m.matches(node.func, m.Attribute(attr=m.Name("cuda"))) and not self._is_module_attribute(node.func):
@@ -114,6 +118,13 @@ class RankDevice(Rule):
             target, "change",
             "the CUDA branch of this device choice -> dp.device(): this rank's GPU; the script's flags still decide",
         )
+
+    def _current_accelerator(self, node: cst.Call) -> None:
+        parent = self.q.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            return  # current_accelerator().type: a device type, which dp.init() pins to this rank's index
+        self.ctx.plan.replace(node, lambda _: self.dp("device()"))
+        self.report(node, "change", "torch.accelerator.current_accelerator() -> dp.device(): this rank's device")
 
     def _set_device(self, node: cst.Call) -> None:
         statement = self.q.statement_of(node)
