@@ -137,3 +137,21 @@ def test_hand_batched_training_is_reported_with_how_to_shard_it():
     [note] = findings_of(result, "manual-batching", "note")
     assert "every rank reads all the data" in note.message and "dp.shard" in note.fix
     assert "dp.init()" in text
+
+
+def test_a_training_sum_divided_by_the_dataset_size_is_summed_over_ranks():
+    source = SCRIPT.replace(
+        "    for x, y in loader:\n        optimizer.zero_grad()\n",
+        "    total = 0\n    for x, y in loader:\n        total += 1.0\n        optimizer.zero_grad()\n",
+    ).replace(
+        "        optimizer.step()\n\ndef test",
+        "        optimizer.step()\n    print(total / len(loader.dataset))\n\ndef test",
+    )
+    result, text = _converted(source)
+    assert '        optimizer.step()\n    total = dp.all_reduce(total, op="sum")\n    dp.print(total' in text
+    assert findings_of(result, "training-dataset-averages", "change")
+
+
+def test_a_training_sum_that_is_only_logged_stays_per_rank():
+    _, text = _converted(SCRIPT)
+    assert text.count("all_reduce") == 2  # only the evaluation sums

@@ -24,6 +24,7 @@ from .rank_divergence import RankDivergence
 from .rank_device import RankDevice
 from .replace_data_parallel import ReplaceDataParallel
 from .shard_training_loader import ShardTrainingLoader
+from .training_averages import TrainingAverages
 
 
 def all_rules() -> list[type[Rule]]:
@@ -36,6 +37,7 @@ def all_rules() -> list[type[Rule]]:
         DistributedOptimizer,
         ShardTrainingLoader,
         EvaluationLoader,
+        TrainingAverages,
         GlobalBatchSize,
         ManualBatching,
         DownloadMainProcessFirst,

@@ -1,0 +1,69 @@
+"""Dataset-wide averages of a sharded training loop, summed over all ranks."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import PositionProvider
+
+from ._base import Rule
+from ._loaders import find_loaders
+from ._query import assigned_names
+
+
+class TrainingAverages(Rule):
+    """All-reduce the sums a training loop divides by ``len(loader.dataset)`` afterwards.
+
+    Why: once the training loader is sharded, each rank adds up only its own part, while
+    ``len(train_loader.dataset)`` is still the size of the whole dataset: the reported average
+    would be about 1/N of the true one. Summing over the ranks first makes it the dataset's again
+    (up to the few samples the training sampler repeats to give every rank the same number of steps).
+    Example:  for data, _ in train_loader:              for data, _ in train_loader:
+                  train_loss += loss.item()     ->          train_loss += loss.item()
+                                                        train_loss = dp.all_reduce(train_loss, op="sum")
+              print(train_loss / len(train_loader.dataset))
+    Leaves alone: sums not divided by ``len(<loader>.dataset)`` after the loop (running logs,
+    per-rank statistics); loops of loaders that were not sharded.
+    """
+
+    name = "training-dataset-averages"
+
+    def finish(self) -> None:
+        sharded = {id(c) for c in self.ctx.facts.get("training_loaders", ())}
+        done: set[int] = set()
+        for loader in find_loaders(self.q):
+            if id(loader.call) not in sharded:
+                continue
+            for loop in loader.loops:
+                if loop.variable is None or id(loop.node) in done:
+                    continue
+                done.add(id(loop.node))
+                sums = self._averaged_sums(loop)
+                if sums:
+                    self.ctx.plan.insert_after(loop.node, *(
+                        self.statement(f'{s} = {{dp}}.all_reduce({s}, op="sum")\n') for s in sums
+                    ))
+                    self.report(loop.node, "change", f"{', '.join(sums)} summed over all ranks after this loop: it is "
+                                f"divided by len({loop.variable}.dataset), the whole dataset")
+
+    def _averaged_sums(self, loop) -> list[str]:
+        positions = self.ctx.wrapper.resolve(PositionProvider)
+        end = positions[loop.node].end
+        dataset_len = m.Call(func=m.Name("len"), args=[m.Arg(m.Attribute(
+            value=m.Name(loop.variable), attr=m.Name("dataset")))])
+        used: set[str] = set()
+        for call in m.findall(loop.scope, dataset_len):
+            if positions[call].start.line > end.line or (
+                positions[call].start.line == end.line and positions[call].start.column >= end.column
+            ):
+                statement = self.q.statement_of(call)
+                used.update(n.value for n in m.findall(statement, m.Name()))
+        plain = assigned_names(loop.node) - {
+            a.target.value for a in m.findall(loop.node, m.AugAssign(target=m.Name()))
+        }
+        sums = []
+        for aug in m.findall(loop.node.body, m.AugAssign(target=m.Name(), operator=m.AddAssign())):
+            name = aug.target.value
+            if name in used and name not in plain and name not in sums:
+                sums.append(name)
+        return sums
