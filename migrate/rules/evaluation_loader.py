@@ -56,7 +56,7 @@ class EvaluationLoader(Rule):
             if id(loader) in sharded:
                 self._shard(loader, verdicts, reduced)
             else:
-                self._leave_whole(loader, verdicts, readers, sharded)
+                self._leave_whole(loader, verdicts)
 
     def _shard(self, loader: Loader, verdicts, reduced: set[int]) -> None:
         self.ctx.plan.replace(
@@ -79,7 +79,7 @@ class EvaluationLoader(Rule):
             ))
             self.report(loop.node, "change", f"{', '.join(accumulators)} summed over all ranks after this loop")
 
-    def _leave_whole(self, loader: Loader, verdicts, readers, sharded) -> None:
+    def _leave_whole(self, loader: Loader, verdicts) -> None:
         reasons = [verdicts[id(p.node)][1] for p in loader.loops if verdicts[id(p.node)][1]]
         if not reasons:
             reasons = ["a loop reading it is shared with a loader that is not sharded"]

@@ -32,7 +32,7 @@ class InitRuntime(Rule):
     def finish(self) -> None:
         if not self.q.is_training_script():
             return  # a module of models or helpers: any dp call it gets starts the runtime lazily
-        block, anchor, after = self._entry_point()
+        _, anchor, after = self._entry_point()
         statement = self.statement("{dp}.init()\n")
         if after:
             self.ctx.plan.insert_after(anchor, statement)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import libcst as cst
 import libcst.matchers as m
 
 from ._base import Rule

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import libcst as cst
 
 from ._base import Rule
 from ._loaders import find_loaders
