@@ -49,7 +49,8 @@ def convert(source: bytes, path: str, options: Options = Options()) -> Conversio
             output = _emit(ctx, path)
     findings.sort(key=lambda f: (f.line, f.col))
     return Conversion(
-        path=path, original=source, output=output, findings=tuple(findings), framework=detection.framework
+        path=path, original=source, output=output, findings=tuple(findings),
+        framework=detection.framework, generation=detection.generation,
     )
 
 

@@ -51,6 +51,7 @@ class Conversion:
     output: bytes
     findings: tuple[Finding, ...] = ()
     framework: str | None = None  # "torch", "tensorflow", "paddle", or None when none was detected
+    generation: str | None = None  # the framework's API generation: "eager", "tf1-graph", "tf2-keras", "fluid"...
 
     @property
     def changed(self) -> bool:
