@@ -13,6 +13,8 @@ import os
 import stat
 import tempfile
 
+from .runtime.atomic import fsync_folder
+
 
 class WriteError(Exception):
     """The destination could not be (or must not be) replaced; it is left as it was."""
@@ -70,7 +72,7 @@ def write_atomic(path: str, data: bytes, like: str | None = None) -> None:
                 os.fchmod(handle.fileno(), 0o644)
         os.replace(tmp, target)
         tmp = None
-        _fsync_folder(folder)
+        fsync_folder(folder)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         where = f" ({exc.filename})" if exc.filename and exc.filename not in (path, target) else ""
@@ -90,17 +92,3 @@ def _keep_owner(fd: int, st: os.stat_result) -> None:
             os.fchown(fd, st.st_uid, st.st_gid)
         except PermissionError:
             pass
-
-
-def _fsync_folder(folder: str) -> None:
-    """Make the rename itself durable; some systems cannot open a folder, which is then not an error."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

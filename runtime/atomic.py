@@ -40,11 +40,12 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object]) 
         except FileNotFoundError:
             pass
         raise
-    _fsync_folder(os.path.dirname(os.path.abspath(path)))
+    fsync_folder(os.path.dirname(os.path.abspath(path)))
     _remove_stale_temporaries(path)
 
 
-def _fsync_folder(folder: str) -> None:
+def fsync_folder(folder: str) -> None:
+    """Make a rename in ``folder`` durable; a folder that cannot be opened or fsynced is not an error."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:  # some file systems do not let a folder be opened
