@@ -13,7 +13,9 @@ import dataclasses
 from typing import Literal
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from .rules._index import TreeIndex
 
 Status = Literal["convert", "converted", "hand-distributed", "multiprocessing", "mixed", "unsupported", "none"]
 
@@ -68,10 +70,14 @@ class Detection:
     col: int = 1
 
 
-def detect(wrapper: MetadataWrapper) -> Detection:
-    """Classify a parsed file; see the module docstring for the statuses."""
-    found = _Uses()
-    wrapper.visit(found)
+def detect(wrapper: MetadataWrapper, index: TreeIndex | None = None) -> Detection:
+    """Classify a parsed file; see the module docstring for the statuses.
+
+    ``index`` is the engine's index of the same module, shared with the rules (built if None).
+    """
+    index = index or TreeIndex(wrapper)
+    found = _Uses(index)
+    index.visit(found)
     frameworks = tuple(sorted(found.frameworks))
     where = lambda node: _position(wrapper, node)  # noqa: E731 - tiny local helper
     if not frameworks:
@@ -145,10 +151,9 @@ def _matches(name: str, prefixes: tuple[str, ...]) -> bool:
 class _Uses(cst.CSTVisitor):
     """Collects the first import of each framework and the first distributed/multiprocessing use."""
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
-
-    def __init__(self) -> None:
+    def __init__(self, index: TreeIndex) -> None:
         super().__init__()
+        self.index = index
         self.frameworks: dict[str, cst.CSTNode] = {}
         self.qualified: set[str] = set()
         self.runtime: cst.CSTNode | None = None
@@ -184,8 +189,8 @@ class _Uses(cst.CSTVisitor):
         self._imported(node, _dotted(node.module), names)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        for qualified in self.get_metadata(QualifiedNameProvider, node, set()):
-            self._used(node, qualified.name)
+        for qualified in self.index.qualified_names(node):
+            self._used(node, qualified)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -193,5 +198,5 @@ class _Uses(cst.CSTVisitor):
             self.multiprocessing = self.multiprocessing or node
 
     def visit_Name(self, node: cst.Name) -> None:
-        for qualified in self.get_metadata(QualifiedNameProvider, node, set()):
-            self._used(node, qualified.name)
+        for qualified in self.index.qualified_names(node):
+            self._used(node, qualified)

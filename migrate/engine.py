@@ -22,7 +22,7 @@ from .findings import Conversion, ConversionError, Finding, Options
 from .rules import all_rules
 from .rules._base import RUNTIME_MODULE, Context
 from .rules._plan import apply
-from .rules._query import names_in
+from .rules._query import Query
 
 _FRAMEWORK_WORDS = (b"torch", b"tensorflow", b"keras", b"paddle")
 _ALIASES = ("dp", "dpr", "dp_runtime")
@@ -34,15 +34,16 @@ def convert(source: bytes, path: str, options: Options = Options()) -> Conversio
     if not any(word in source for word in _FRAMEWORK_WORDS):
         return Conversion(path=path, original=source, output=source)
     module = _parse(source, path)
-    wrapper = MetadataWrapper(module)
-    detection = detect(wrapper)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # a fresh tree nobody else holds: no copy
+    query = Query(wrapper)  # one index of the tree and one set of metadata, shared by detection and rules
+    detection = detect(wrapper, query.index)
     findings = _detection_findings(detection, path, options)
     if detection.status == "none":
         return Conversion(path=path, original=source, output=source, findings=tuple(findings))
     convertible = detection.status == "convert" and options.framework in ("auto", detection.framework)
     output = source
     if detection.framework == "torch" and detection.status != "mixed":
-        ctx = Context(wrapper, path, options, alias=_free_alias(wrapper.module))
+        ctx = Context(wrapper, path, options, alias=_free_alias(query), shared_query=query)
         _run_rules(ctx, convert=convertible)
         findings.extend(ctx.findings)
         if convertible:
@@ -115,6 +116,6 @@ def _emit(ctx: Context, path: str) -> bytes:
     return output
 
 
-def _free_alias(module: libcst.Module) -> str:
-    used = names_in(module)
+def _free_alias(query: Query) -> str:
+    used = query.names_in(query.module)
     return next((a for a in _ALIASES if a not in used), _ALIASES[-1])

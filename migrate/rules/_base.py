@@ -1,6 +1,7 @@
 """What every rule shares: the context it reads and writes, and small helpers to report and rewrite.
 
-A rule is a libcst visitor over the *original* module (metadata resolved once for all rules). It
+A rule is a libcst visitor over the *original* module, driven by the file's one ``TreeIndex``
+(``visit_<Type>`` methods only; metadata and the index are built once for all rules). It
 never mutates the tree: it records edits in ``ctx.plan`` and findings with ``self.report``; facts a
 later rule needs (which names are models, which loaders were sharded) go in ``ctx.facts``.
 """
@@ -11,13 +12,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 import libcst as cst
-from libcst.metadata import (
-    MetadataWrapper,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-    ScopeProvider,
-)
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..findings import Finding, Options, Severity
 from ._plan import Plan
@@ -38,7 +33,7 @@ class Context:
     findings: list[Finding] = dataclasses.field(default_factory=list)
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    _query: Query | None = None
+    shared_query: Query | None = None  # the engine's, already used for detection; built here if None
 
     @property
     def module(self) -> cst.Module:
@@ -46,9 +41,9 @@ class Context:
 
     @property
     def query(self) -> Query:
-        if self._query is None:
-            self._query = Query(self.wrapper)
-        return self._query
+        if self.shared_query is None:
+            self.shared_query = Query(self.wrapper)
+        return self.shared_query
 
     def config(self) -> cst.PartialParserConfig:
         return self.module.config_for_parsing
@@ -59,7 +54,6 @@ class Rule(cst.CSTVisitor):
 
     name: ClassVar[str]
     checks_only: ClassVar[bool] = False  # True: also runs on files left unchanged (it only reports)
-    METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider, ParentNodeProvider, ScopeProvider)
 
     def __init__(self, ctx: Context) -> None:
         super().__init__()
@@ -68,7 +62,7 @@ class Rule(cst.CSTVisitor):
 
     def run(self) -> None:
         """Visit the module and then :meth:`finish`; the engine calls this once per file."""
-        self.ctx.wrapper.visit(self)
+        self.q.index.visit(self)
         self.finish()
 
     def finish(self) -> None:

@@ -44,7 +44,7 @@ def find_loaders(query: Query) -> list[Loader]:
     if cached is not None:
         return cached
     loaders = []
-    for call in m.findall(query.module, m.Call()):
+    for call in query.findall(query.module, m.Call()):
         if query.is_call_to(call, DATA_LOADERS):
             name, loops = _consumers(query, call)
             if not loops:
@@ -61,7 +61,7 @@ def find_loaders(query: Query) -> list[Loader]:
 def _consumers(query: Query, call: cst.Call) -> tuple[str | None, list[Loop]]:
     for ancestor in query.ancestors(call):
         if isinstance(ancestor, cst.For):
-            if _contains(ancestor.iter, call):
+            if query.index.contains(ancestor.iter, call):
                 return None, [Loop(ancestor, None, _scope(query, ancestor))]
             break
         if isinstance(ancestor, cst.BaseStatement):
@@ -77,11 +77,11 @@ def _consumers(query: Query, call: cst.Call) -> tuple[str | None, list[Loop]]:
 
 
 def _loops_over(query: Query, scope: cst.CSTNode, name: str, depth: int) -> list[Loop]:
-    loops = [Loop(f, name, scope) for f in m.findall(scope, m.For()) if _iterates(f.iter, name)]
+    loops = [Loop(f, name, scope) for f in query.findall(scope, m.For()) if _iterates(f.iter, name)]
     if depth >= _MAX_DEPTH:
         return loops
     functions = query.module_functions()
-    for call in m.findall(scope, m.Call(func=m.Name())):
+    for call in query.findall(scope, m.Call(func=m.Name())):
         function = functions.get(call.func.value)
         if function is None or function is scope:
             continue
@@ -116,8 +116,4 @@ def _parameters_receiving(function: cst.FunctionDef, call: cst.Call, name: str) 
 
 def _scope(query: Query, node: cst.CSTNode) -> cst.CSTNode:
     return query.function_of(node) or query.module
-
-
-def _contains(root: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return root is node or any(_contains(child, node) for child in root.children)
 

@@ -2,7 +2,8 @@
 which loops train, which expressions depend on the rank.
 
 Kept free of any edit so that the rules read as decisions, and the divergence check (which runs on
-files left unchanged) can share the same notion of "training loop" as the data rules.
+files left unchanged) can share the same notion of "training loop" as the data rules. Every answer
+comes from one :class:`~._index.TreeIndex` of the file (no walk of the tree per question).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from typing import Iterable, Iterator
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper
+
+from ._index import TreeIndex
 
 STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
@@ -19,19 +22,17 @@ STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 class Query:
     """Metadata look-ups over one wrapped module."""
 
-    def __init__(self, wrapper: MetadataWrapper) -> None:
+    def __init__(self, wrapper: MetadataWrapper, index: TreeIndex | None = None) -> None:
         self.module = wrapper.module
-        self._parents = wrapper.resolve(ParentNodeProvider)
-        self._qnames = wrapper.resolve(QualifiedNameProvider)
+        self.index = index or TreeIndex(wrapper)
+        self.findall = self.index.findall  # m.findall's answer, from the index
         self._training_functions: set[str] | None = None
+        self._module_functions: dict[str, cst.FunctionDef] | None = None
 
     # --- names ------------------------------------------------------------------------------------
 
-    def qualified_names(self, node: cst.CSTNode) -> set[str]:
-        value = self._qnames.get(node, ())
-        if callable(value):  # libcst computes qualified names lazily
-            value = value()
-        return {q.name for q in value}
+    def qualified_names(self, node: cst.CSTNode) -> frozenset[str]:
+        return self.index.qualified_names(node)
 
     def is_call_to(self, node: cst.CSTNode, names: Iterable[str]) -> bool:
         """True for a call whose callee resolves (by qualified name) to one of ``names``."""
@@ -48,13 +49,10 @@ class Query:
     # --- structure --------------------------------------------------------------------------------
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self._parents.get(node)
+        return self.index.parent(node)
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        node = self._parents.get(node)
-        while node is not None:
-            yield node
-            node = self._parents.get(node)
+        return self.index.ancestors(node)
 
     def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement | None:
         """The statement (a whole line or compound statement in a block) that contains ``node``."""
@@ -79,7 +77,9 @@ class Query:
         return any(isinstance(a, cst.If) and is_main_guard(a) for a in self.ancestors(node))
 
     def module_functions(self) -> dict[str, cst.FunctionDef]:
-        return {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
+        if self._module_functions is None:
+            self._module_functions = {s.name.value: s for s in self.module.body if isinstance(s, cst.FunctionDef)}
+        return dict(self._module_functions)
 
     # --- training ---------------------------------------------------------------------------------
 
@@ -87,12 +87,12 @@ class Query:
         """Module-level functions that run a backward pass, directly or through one another."""
         if self._training_functions is None:
             functions = self.module_functions()
-            found = {name for name, fn in functions.items() if has_backward(fn.body)}
+            found = {name for name, fn in functions.items() if self.has_backward(fn.body)}
             changed = True
             while changed:
                 changed = False
                 for name, fn in functions.items():
-                    if name not in found and called_names(fn.body) & found:
+                    if name not in found and self.called_names(fn.body) & found:
                         found.add(name)
                         changed = True
             self._training_functions = found
@@ -104,7 +104,38 @@ class Query:
 
     def trains(self, node: cst.CSTNode) -> bool:
         """True when ``node`` runs a backward pass or an optimizer step, directly or via a call."""
-        return has_backward(node) or bool(called_names(node) & self.training_functions())
+        return self.has_backward(node) or bool(self.called_names(node) & self.training_functions())
+
+    def has_backward(self, node: cst.CSTNode) -> bool:
+        """``loss.backward()``, ``scaler.scale(loss).backward()`` or ``optimizer.step()`` somewhere inside."""
+        for call in self.findall(node, m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))):
+            attribute = call.func
+            if attribute.attr.value == "backward":
+                return True
+            owner = attribute.value
+            if isinstance(owner, cst.Name) and "optim" in owner.value.lower():
+                return True
+        return False
+
+    def called_names(self, node: cst.CSTNode) -> set[str]:
+        """Names of plain functions called inside ``node`` (``train(...)`` gives ``train``)."""
+        return {c.func.value for c in self.findall(node, m.Call(func=m.Name()))}
+
+    def names_in(self, node: cst.CSTNode) -> set[str]:
+        """Every variable name read or written inside ``node`` (attribute names excluded)."""
+        found: set[str] = set()
+        for name in self.index.of_type(node, cst.Name):
+            parent = self.parent(name)
+            if not (isinstance(parent, cst.Attribute) and parent.attr is name and name is not node):
+                found.add(name.value)
+        return found
+
+    def assigned_names(self, statement: cst.CSTNode) -> set[str]:
+        """Names a statement binds with ``=``, ``+=``, an annotated assignment or a ``for`` target."""
+        found: set[str] = set()
+        for node in self.findall(statement, m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For()):
+            found.update(target_names(node.target))
+        return found
 
 
 def is_main_guard(node: cst.If) -> bool:
@@ -118,47 +149,6 @@ def is_main_guard(node: cst.If) -> bool:
     has_name = any(isinstance(s, cst.Name) and s.value == "__name__" for s in sides)
     has_main = any(isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__" for s in sides)
     return has_name and has_main
-
-
-def has_backward(node: cst.CSTNode) -> bool:
-    """``loss.backward()``, ``scaler.scale(loss).backward()`` or ``optimizer.step()`` somewhere inside."""
-    for call in m.findall(node, m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))):
-        attribute = call.func
-        if attribute.attr.value == "backward":
-            return True
-        owner = attribute.value
-        if isinstance(owner, cst.Name) and "optim" in owner.value.lower():
-            return True
-    return False
-
-
-def called_names(node: cst.CSTNode) -> set[str]:
-    """Names of plain functions called inside ``node`` (``train(...)`` gives ``train``)."""
-    return {c.func.value for c in m.findall(node, m.Call(func=m.Name()))}
-
-
-def names_in(node: cst.CSTNode) -> set[str]:
-    """Every variable name read or written inside ``node`` (attribute names excluded)."""
-    found: set[str] = set()
-
-    class _Names(cst.CSTVisitor):
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            attribute.value.visit(self)
-            return False
-
-        def visit_Name(self, name: cst.Name) -> None:
-            found.add(name.value)
-
-    node.visit(_Names())
-    return found
-
-
-def assigned_names(statement: cst.CSTNode) -> set[str]:
-    """Names a statement binds with ``=``, ``+=``, an annotated assignment or a ``for`` target."""
-    found: set[str] = set()
-    for node in m.findall(statement, m.AssignTarget() | m.AugAssign() | m.AnnAssign() | m.For()):
-        found.update(target_names(node.target))
-    return found
 
 
 def target_names(target: cst.BaseExpression) -> set[str]:
@@ -195,14 +185,14 @@ def optimizer_class(query: Query, node: cst.CSTNode) -> str | None:
     return name
 
 
-def parameter_owners(call: cst.Call) -> list[str]:
+def parameter_owners(query: Query, call: cst.Call) -> list[str]:
     """Models whose parameters an optimizer takes: ``SGD(model.fc.parameters())`` gives ``["model"]``."""
     params = [a.value for a in call.args if a.keyword is None][:1]
     params += [a.value for a in call.args if a.keyword is not None and a.keyword.value == "params"]
     owners: list[str] = []
     for root in params:
         pattern = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
-        for found in m.findall(root, pattern):
+        for found in query.findall(root, pattern):
             owner = found.func.value
             while isinstance(owner, cst.Attribute):
                 owner = owner.value

@@ -50,7 +50,7 @@ class RankAnalysis:
     def __init__(self, query: Query) -> None:
         self.q = query
         self.tainted: set[str] = set()
-        assignments = list(m.findall(query.module, m.Assign() | m.AnnAssign()))
+        assignments = query.findall(query.module, m.Assign() | m.AnnAssign())
         changed = True
         while changed:
             changed = False
@@ -65,7 +65,7 @@ class RankAnalysis:
         self.collective_functions = self._collective_functions()
 
     def depends_on_rank(self, expression: cst.CSTNode) -> bool:
-        for node in m.findall(expression, m.Call() | m.Name() | m.Attribute() | m.SimpleString()):
+        for node in self.q.findall(expression, m.Call() | m.Name() | m.Attribute() | m.SimpleString()):
             if isinstance(node, cst.Call) and self.q.is_call_to(node, RANK_CALLS):
                 return True
             if isinstance(node, cst.Name) and (node.value in RANK_WORDS or node.value in self.tainted):
@@ -81,7 +81,7 @@ class RankAnalysis:
         for ancestor in self.q.ancestors(node):
             if isinstance(ancestor, cst.FunctionDef):
                 return None
-            if isinstance(ancestor, cst.If) and not _in_test(ancestor, node) and self.depends_on_rank(ancestor.test):
+            if isinstance(ancestor, cst.If) and not self.q.index.contains(ancestor.test, node) and self.depends_on_rank(ancestor.test):
                 return ancestor
         return None
 
@@ -103,7 +103,7 @@ class RankAnalysis:
             for name, function in functions.items():
                 if name in found:
                     continue
-                for call in m.findall(function.body, m.Call()):
+                for call in self.q.findall(function.body, m.Call()):
                     what = self._direct_collective(call) or found.get(getattr(call.func, "value", None))
                     if what and self.rank_condition(call) is None:
                         found[name] = what
@@ -116,7 +116,3 @@ class RankAnalysis:
             if name in COLLECTIVES:
                 return name.replace("dpmigrate.runtime.torch.", "dp.").replace("torch.distributed.", "dist.")
         return None
-
-
-def _in_test(statement: cst.If, node: cst.CSTNode) -> bool:
-    return any(n is node for n in m.findall(statement.test, m.MatchIfTrue(lambda _: True)))

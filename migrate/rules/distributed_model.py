@@ -7,7 +7,7 @@ import libcst.matchers as m
 
 from ._base import Rule
 from ._query import (
-    assigned_names, attribute_held, body_statements, optimizer_class, parameter_owners, target_names,
+    Query, attribute_held, body_statements, optimizer_class, parameter_owners, target_names,
 )
 
 _PARAMETERS = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
@@ -67,30 +67,30 @@ class DistributedModel(Rule):
 
     def _model_sites(self):
         """(node, model name) for every optimizer and every hand-written parameter update."""
-        for call in m.findall(self.ctx.module, m.Call()):
+        for call in self.q.findall(self.ctx.module, m.Call()):
             # torch optimizers, and anything else handed a model's parameters (a hand-written
             # optimizer class, clip_grad_norm_): the model is the same either way
             if optimizer_class(self.q, call) is not None or _takes_parameters(call):
-                for name in parameter_owners(call):
+                for name in parameter_owners(self.q, call):
                     yield call, name
         for name, function in self.q.module_functions().items():
             if name in self.q.training_functions():
-                for call in m.findall(function, _PARAMETERS):
+                for call in self.q.findall(function, _PARAMETERS):
                     owner = call.func.value
                     if isinstance(owner, cst.Name):
                         yield call, owner.value
 
     def _binding_scope(self, name: str, site: cst.CSTNode) -> cst.CSTNode | None:
         function = self.q.function_of(site)
-        if function is not None and any(name in assigned_names(s) for s in body_statements(function)):
+        if function is not None and any(name in self.q.assigned_names(s) for s in body_statements(function)):
             return function
-        if any(name in assigned_names(s) for s in self.ctx.module.body if not isinstance(s, cst.FunctionDef)):
+        if any(name in self.q.assigned_names(s) for s in self.ctx.module.body if not isinstance(s, cst.FunctionDef)):
             return self.ctx.module
         return None
 
     def _wrap(self, scope: cst.CSTNode, name: str, site: cst.CSTNode) -> bool:
         statements = list(body_statements(scope))
-        created = next(i for i, s in enumerate(statements) if name in assigned_names(s))
+        created = next(i for i, s in enumerate(statements) if name in self.q.assigned_names(s))
         stop = len(statements)
         for index in range(created + 1, len(statements)):
             statement = statements[index]
@@ -99,7 +99,7 @@ class DistributedModel(Rule):
             if isinstance(statement, (cst.For, cst.While)) or self.q.trains(statement):
                 stop = index
                 break
-        anchor = max(i for i in range(created, stop) if _sets_up(statements[i], name))
+        anchor = max(i for i in range(created, stop) if _sets_up(self.q, statements[i], name))
         self.ctx.plan.insert_after(statements[anchor], self.statement(f"{name} = {{dp}}.distributed_model({name})\n"))
         self.report(
             statements[anchor], "change",
@@ -112,7 +112,7 @@ def _takes_parameters(call: cst.Call) -> bool:
     return any(m.matches(a.value, _PARAMETERS) for a in call.args[:1])
 
 
-def _sets_up(statement: cst.CSTNode, name: str) -> bool:
+def _sets_up(query: Query, statement: cst.CSTNode, name: str) -> bool:
     """Assigns ``name`` or calls one of its methods (``.to``, ``.apply``, ``.load_state_dict``...).
 
     Passing the model to a function (``validate(model)``, ``print(model)``) or handing its
@@ -133,5 +133,5 @@ def _sets_up(statement: cst.CSTNode, name: str) -> bool:
                 self.found = True
 
     finder = _Finder()
-    statement.visit(finder)
+    query.index.visit(finder, statement)
     return finder.found

@@ -28,7 +28,7 @@ class DownloadMainProcessFirst(Rule):
 
     def finish(self) -> None:
         statements = []
-        for call in m.findall(self.ctx.module, _DOWNLOAD):
+        for call in self.q.findall(self.ctx.module, _DOWNLOAD):
             statement = self.q.statement_of(call)
             if not isinstance(statement, cst.SimpleStatementLine):
                 self.report(call, "declined", "dataset download inside a compound statement's header",

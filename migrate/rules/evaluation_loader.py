@@ -95,7 +95,7 @@ class EvaluationLoader(Rule):
         node = loop.node
         sums: list[str] = []
         plain: set[str] = set(_target_names(node.target))
-        for found in m.findall(node.body, m.AugAssign() | m.AssignTarget() | m.AnnAssign() | m.For() | m.WithItem()):
+        for found in self.q.findall(node.body, m.AugAssign() | m.AssignTarget() | m.AnnAssign() | m.For() | m.WithItem()):
             if isinstance(found, cst.AugAssign):
                 if not isinstance(found.target, cst.Name):
                     return [], f"it updates `{self.code(found.target)}` inside the loop"
@@ -111,11 +111,11 @@ class EvaluationLoader(Rule):
             if not names and not isinstance(found, cst.WithItem):
                 return [], f"it writes `{self.code(target)}` inside the loop"
             plain.update(names)
-        for call in m.findall(node.body, m.Call(func=m.Attribute(attr=m.Name()))):
+        for call in self.q.findall(node.body, m.Call(func=m.Attribute(attr=m.Name()))):
             owner = call.func.value
             if call.func.attr.value in _MUTATORS and isinstance(owner, cst.Name) and owner.value not in plain:
                 return [], f"it collects results with `{self.code(call.func)}(...)`"
-        if m.findall(node.body, m.Break() | m.Return()):
+        if self.q.findall(node.body, m.Break() | m.Return()):
             return [], "its loop can stop early (break/return)"
         sums = [s for s in sums if s not in plain]
         if not sums:
@@ -132,7 +132,7 @@ class EvaluationLoader(Rule):
         positions = self.ctx.wrapper.resolve(PositionProvider)
         end = positions[loop.node].end
         return [
-            n for n in m.findall(loop.scope, m.Name())
+            n for n in self.q.findall(loop.scope, m.Name())
             if (positions[n].start.line, positions[n].start.column) >= (end.line, end.column)
         ]
 
@@ -141,7 +141,7 @@ class EvaluationLoader(Rule):
         end = positions[loop.node].end
         pattern = m.Call(func=m.Name("len"), args=[m.Arg(m.Name(loop.variable) | m.Attribute(
             value=m.Name(loop.variable), attr=m.Name("sampler") | m.Name("batch_sampler")))])
-        return any(positions[c].start.line >= end.line for c in m.findall(loop.scope, pattern))
+        return any(positions[c].start.line >= end.line for c in self.q.findall(loop.scope, pattern))
 
 
 def _target_names(target: cst.CSTNode) -> list[str]:

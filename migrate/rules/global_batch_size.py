@@ -55,13 +55,13 @@ class GlobalBatchSize(Rule):
     def _in_kwargs_dict(self, call: cst.Call, name: str) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
         scope = self.q.function_of(call) or self.ctx.module
         sites = []
-        for assign in m.findall(scope, m.Assign(targets=[m.AssignTarget(m.Name(name))])):
+        for assign in self.q.findall(scope, m.Assign(targets=[m.AssignTarget(m.Name(name))])):
             value = assign.value
             if isinstance(value, cst.Dict):
                 sites += [(e, e.value) for e in value.elements if _is_key(e, "batch_size")]
             elif m.matches(value, m.Call(func=m.Name("dict"))):
                 sites += [(a, a.value) for a in value.args if a.keyword and a.keyword.value == "batch_size"]
-        for update in m.findall(scope, m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("update")))):
+        for update in self.q.findall(scope, m.Call(func=m.Attribute(value=m.Name(name), attr=m.Name("update")))):
             for arg in update.args:
                 if isinstance(arg.value, cst.Dict):
                     sites += [(e, e.value) for e in arg.value.elements if _is_key(e, "batch_size")]

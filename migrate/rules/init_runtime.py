@@ -39,7 +39,7 @@ class InitRuntime(Rule):
         else:
             self.ctx.plan.insert_before(anchor, statement)
         self.ctx.facts["init_anchor"] = (anchor, after)
-        where = "after the arguments are parsed" if _parses_args(anchor) and after else "at the entry point"
+        where = "after the arguments are parsed" if self._parses_args(anchor) and after else "at the entry point"
         self.report(anchor, "change", f"dp.init() {where}: joins the job the launcher started (nothing when run plainly)")
 
     def _entry_point(self) -> tuple[cst.CSTNode, cst.BaseStatement, bool]:
@@ -48,8 +48,8 @@ class InitRuntime(Rule):
         if guards:
             guard = guards[-1]
             statements = list(guard.body.body) if isinstance(guard.body, cst.IndentedBlock) else []
-            parsed = _first(statements, _parses_args)
-            if parsed is None and _first(list(module.body), _parses_args) is not None:
+            parsed = _first(statements, self._parses_args)
+            if parsed is None and _first(list(module.body), self._parses_args) is not None:
                 return self._module_top(list(module.body))  # a script that parses at the top
             if parsed is None:
                 function = self._called_function(statements)
@@ -59,25 +59,28 @@ class InitRuntime(Rule):
                 return self._in_block(guard.body, statements)
         return self._module_top(list(module.body))
 
+    def _parses_args(self, statement: cst.CSTNode) -> bool:
+        return isinstance(statement, cst.SimpleStatementLine) and bool(self.q.findall(statement, PARSE_ARGS))
+
     def _called_function(self, statements: list[cst.BaseStatement]) -> cst.FunctionDef | None:
         functions = self.q.module_functions()
         for statement in statements:
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue  # `for epoch in ...: train(epoch)` calls a step, not the entry point
-            for call in m.findall(statement, m.Call(func=m.Name())):
+            for call in self.q.findall(statement, m.Call(func=m.Name())):
                 if call.func.value in functions:
                     return functions[call.func.value]
         return None
 
     def _in_block(self, block, statements: list[cst.BaseStatement]):
-        parsed = _first(statements, _parses_args)
+        parsed = _first(statements, self._parses_args)
         if parsed is not None:
             return block, parsed, True
         body = [s for s in statements if not _is_docstring(s)] or statements
         return block, body[0], False
 
     def _module_top(self, statements: list[cst.BaseStatement]):
-        parsed = _first(statements, _parses_args)
+        parsed = _first(statements, self._parses_args)
         if parsed is not None:
             return self.ctx.module, parsed, True
         code = [s for s in statements if not (_is_docstring(s) or _is_import(s))]
@@ -88,10 +91,6 @@ class InitRuntime(Rule):
 
 def _first(statements, predicate):
     return next((s for s in statements if predicate(s)), None)
-
-
-def _parses_args(statement: cst.CSTNode) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and bool(m.findall(statement, PARSE_ARGS))
 
 
 def _is_docstring(statement: cst.CSTNode) -> bool:

@@ -27,7 +27,7 @@ class MainProcessLogging(Rule):
     name = "main-process-logging"
 
     def finish(self) -> None:
-        first = next((c for c in m.findall(self.ctx.module, _LOGGING_CALLS)
+        first = next((c for c in self.q.findall(self.ctx.module, _LOGGING_CALLS)
                       if self.q.callee_starts_with(c, "logging.")), None)
         if first is None or "init_anchor" not in self.ctx.facts:  # no logging, or not a training script
             return
@@ -47,7 +47,7 @@ class MainProcessLogging(Rule):
                     "(logging.disable on the other ranks, after dp.init())")
 
     def _imports_logging(self) -> bool:
-        for statement in m.findall(self.ctx.module, m.Import()):
+        for statement in self.q.findall(self.ctx.module, m.Import()):
             for alias in statement.names:
                 if m.matches(alias, m.ImportAlias(name=m.Name("logging"), asname=None)):
                     return True

@@ -47,4 +47,4 @@ class MainProcessPrint(Rule):
         after = following[0]
         if m.matches(after, m.SimpleStatementLine(body=[m.Raise()])):
             return True
-        return any(self.q.is_call_to(c, _EXITS) for c in m.findall(after, m.Call()))
+        return any(self.q.is_call_to(c, _EXITS) for c in self.q.findall(after, m.Call()))

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import libcst as cst
 import libcst.matchers as m
 
 from ._base import Rule
 from ._loaders import find_loaders
-from ._query import has_backward
 
 
 class ManualBatching(Rule):
@@ -27,8 +25,8 @@ class ManualBatching(Rule):
     def finish(self) -> None:
         if find_loaders(self.q):
             return
-        loops = [f for f in m.findall(self.ctx.module, m.For() | m.While()) if has_backward(f.body)]
-        innermost = [f for f in loops if not any(g is not f and _inside(g, f) for g in loops)]
+        loops = [f for f in self.q.findall(self.ctx.module, m.For() | m.While()) if self.q.has_backward(f.body)]
+        innermost = [f for f in loops if not any(g is not f and self.q.index.contains(f, g) for g in loops)]
         for loop in innermost[:1]:
             policy = (" --batch global is not applied: no DataLoader batch size to split."
                       if self.ctx.options.batch == "global" else "")
@@ -39,6 +37,3 @@ class ManualBatching(Rule):
                 "shard the data by hand, e.g. train_data = dp.shard(train_data) before batching it",
             )
 
-
-def _inside(inner: cst.CSTNode, outer: cst.CSTNode) -> bool:
-    return inner is not outer and any(inner is n for n in m.findall(outer, m.For() | m.While()))

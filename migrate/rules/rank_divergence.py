@@ -29,12 +29,12 @@ class RankDivergence(Rule):
     def finish(self) -> None:
         ranks = self.ctx.facts.get("ranks") or RankAnalysis(self.q)
         self.ctx.facts["ranks"] = ranks
-        for call in m.findall(self.ctx.module, m.Call()):
+        for call in self.q.findall(self.ctx.module, m.Call()):
             what = ranks.collective(call)
             guard = ranks.rank_condition(call) if what else None
             if guard is not None:
                 self._collective(call, what, guard)
-        for exit_ in m.findall(self.ctx.module, m.Break() | m.Return()):
+        for exit_ in self.q.findall(self.ctx.module, m.Break() | m.Return()):
             guard = ranks.rank_condition(exit_)
             loop = self._training_loop(exit_)
             if guard is not None and loop is not None and self._inside(guard, loop):

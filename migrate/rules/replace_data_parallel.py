@@ -80,7 +80,7 @@ class ReplaceDataParallel(Rule):
     def _dp_names(self) -> set[str]:
         if "data_parallel_models" not in self.ctx.facts:
             names: set[str] = set()
-            for call in m.findall(self.ctx.module, m.Call()):
+            for call in self.q.findall(self.ctx.module, m.Call()):
                 if self.q.is_call_to(call, DATA_PARALLEL):
                     statement = self.q.statement_of(call)
                     if m.matches(statement, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())])])):

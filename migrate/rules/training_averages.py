@@ -7,7 +7,6 @@ from libcst.metadata import PositionProvider
 
 from ._base import Rule
 from ._loaders import find_loaders
-from ._query import assigned_names
 
 
 class TrainingAverages(Rule):
@@ -51,17 +50,17 @@ class TrainingAverages(Rule):
         dataset_len = m.Call(func=m.Name("len"), args=[m.Arg(m.Attribute(
             value=m.Name(loop.variable), attr=m.Name("dataset")))])
         used: set[str] = set()
-        for call in m.findall(loop.scope, dataset_len):
+        for call in self.q.findall(loop.scope, dataset_len):
             if positions[call].start.line > end.line or (
                 positions[call].start.line == end.line and positions[call].start.column >= end.column
             ):
                 statement = self.q.statement_of(call)
-                used.update(n.value for n in m.findall(statement, m.Name()))
-        plain = assigned_names(loop.node) - {
-            a.target.value for a in m.findall(loop.node, m.AugAssign(target=m.Name()))
+                used.update(n.value for n in self.q.findall(statement, m.Name()))
+        plain = self.q.assigned_names(loop.node) - {
+            a.target.value for a in self.q.findall(loop.node, m.AugAssign(target=m.Name()))
         }
         sums = []
-        for aug in m.findall(loop.node.body, m.AugAssign(target=m.Name(), operator=m.AddAssign())):
+        for aug in self.q.findall(loop.node.body, m.AugAssign(target=m.Name(), operator=m.AddAssign())):
             name = aug.target.value
             if name in used and name not in plain and name not in sums:
                 sums.append(name)
