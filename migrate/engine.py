@@ -13,6 +13,7 @@ finding saying why; the rules that only check (rank-divergent code) still run on
 from __future__ import annotations
 
 import libcst
+import libcst.matchers
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper
@@ -24,6 +25,7 @@ from .rules._base import RUNTIME_MODULE, Context
 from .rules._plan import apply
 from .rules._query import Query
 
+_IMPORT_LINE = libcst.matchers.SimpleStatementLine(body=[libcst.matchers.ImportFrom() | libcst.matchers.Import()])
 _FRAMEWORK_WORDS = (b"torch", b"tensorflow", b"keras", b"paddle")
 _ALIASES = ("dp", "dpr", "dp_runtime")
 DETECT_RULE = "detect-framework"
@@ -100,20 +102,34 @@ def _run_rules(ctx: Context, *, convert: bool) -> None:
 
 
 def _emit(ctx: Context, path: str) -> bytes:
-    new = apply(ctx.module, ctx.plan)
+    new = apply(ctx.module, ctx.plan, ctx.query.index)
     if new is ctx.module:
         return ctx.module.bytes
     if ctx.plan.needs_runtime_import:
-        context = CodemodContext()
-        alias = None if ctx.alias == RUNTIME_MODULE else ctx.alias
-        AddImportsVisitor.add_needed_import(context, RUNTIME_MODULE, asname=alias)
-        new = AddImportsVisitor(context).transform_module(new)
+        new = _add_runtime_import(new, None if ctx.alias == RUNTIME_MODULE else ctx.alias)
     output = new.bytes
     try:
         libcst.parse_module(output)
     except libcst.ParserSyntaxError as exc:  # never hand back a file that no longer parses
         raise ConversionError(path, f"the converted file would not parse ({exc.message}); left unchanged") from exc
     return output
+
+
+def _add_runtime_import(module: libcst.Module, alias: str | None) -> libcst.Module:
+    """``import dpmigrate.runtime.torch as dp`` where libcst's ``AddImportsVisitor`` puts it.
+
+    The visitor only reads and changes the module's leading statements (docstring, the first block
+    of imports, and the statement after it, which gets a blank line), yet walks and copies the whole
+    tree twice: it is given just those statements, and the rest of the body is put back after them.
+    """
+    body = list(module.body)
+    head = 1  # the first statement (a docstring, maybe), then the block of imports, then one more
+    while head < len(body) and libcst.matchers.matches(body[head], _IMPORT_LINE):
+        head += 1
+    context = CodemodContext()
+    AddImportsVisitor.add_needed_import(context, RUNTIME_MODULE, asname=alias)
+    top = AddImportsVisitor(context).transform_module(module.with_changes(body=body[: head + 1]))
+    return top.with_changes(body=[*top.body, *body[head + 1:]])
 
 
 def _free_alias(query: Query) -> str:

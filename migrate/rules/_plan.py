@@ -14,6 +14,8 @@ from typing import Callable, Sequence
 
 import libcst as cst
 
+from ._index import TreeIndex
+
 Replacement = Callable[[cst.CSTNode], cst.CSTNode]
 Wrapper = Callable[[Sequence[cst.BaseStatement]], cst.BaseStatement]
 
@@ -71,17 +73,38 @@ class Plan:
         return not (self._replace or self._before or self._after or self._remove or self._groups)
 
 
-def apply(module: cst.Module, plan: Plan) -> cst.Module:
-    """Return ``module`` with every edit of ``plan`` made (``module`` is the tree the rules read)."""
+def apply(module: cst.Module, plan: Plan, index: TreeIndex | None = None) -> cst.Module:
+    """Return ``module`` with every edit of ``plan`` made (``module`` is the tree the rules read).
+
+    With the module's ``index``, only the paths from the root to the edited nodes are walked
+    (libcst rebuilds every node it walks; the untouched subtrees are kept as they are).
+    """
     if plan.empty:
         return module
-    return module.visit(_Applier(plan))
+    return module.visit(_Applier(plan, None if index is None else _paths_to_edits(plan, index)))
+
+
+def _paths_to_edits(plan: Plan, index: TreeIndex) -> set[int]:
+    """ids of the edited nodes, of the blocks whose statements change, and of all their ancestors."""
+    statements = [*plan._before, *plan._after, *plan._remove, *plan._grouped]
+    targets = [*plan._replace, *(index.parent(s) for s in statements)]
+    needed: set[int] = set()
+    for target in targets:
+        for node in (target, *index.ancestors(target)) if target is not None else ():
+            if id(node) in needed:
+                break  # its ancestors are in already
+            needed.add(id(node))
+    return needed
 
 
 class _Applier(cst.CSTTransformer):
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, needed: set[int] | None) -> None:
         super().__init__()
         self.plan = plan
+        self.needed = needed  # None: walk everything
+
+    def on_visit(self, node):
+        return self.needed is None or id(node) in self.needed
 
     def on_leave(self, original_node, updated_node):
         for replacement in self.plan._replace.get(original_node, ()):
