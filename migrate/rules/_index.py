@@ -13,6 +13,7 @@ computes them, but only for the nodes asked about, each once.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import heapq
 from typing import Any, Iterable, Iterator
@@ -60,7 +61,7 @@ class TreeIndex:
         if start is None or self.nodes[start] is not root:  # not part of this module: walk it
             return list(m.findall(root, matcher))
         found = [self.nodes[i] for i in self._indices(_node_types(matcher), start, self.ends[start])]
-        if isinstance(matcher, type) or matcher is None:
+        if _matches_any_of_its_types(matcher):
             return found
         return [node for node in found if m.matches(node, matcher)]
 
@@ -126,8 +127,6 @@ def _visit_methods(visitor_class: type) -> dict[type, str]:
 
 def _node_types(matcher: Any) -> tuple[type, ...] | None:
     """The node classes ``matcher`` can match (None: any), from the matchers' own class names."""
-    if isinstance(matcher, type):
-        return (matcher,)
     if isinstance(matcher, m.OneOf):
         types: list[type] = []
         for option in matcher.options:
@@ -140,6 +139,15 @@ def _node_types(matcher: Any) -> tuple[type, ...] | None:
     if isinstance(matcher, m.BaseMatcherNode) and isinstance(node_class, type) and issubclass(node_class, cst.CSTNode):
         return (node_class,)
     return None
+
+
+def _matches_any_of_its_types(matcher: Any) -> bool:
+    """``m.Call()`` or ``m.For() | m.While()``: a matcher that constrains nothing but the node type."""
+    if isinstance(matcher, m.OneOf):
+        return all(_matches_any_of_its_types(option) for option in matcher.options)
+    return isinstance(matcher, m.BaseMatcherNode) and _node_types(matcher) is not None and all(
+        getattr(matcher, field.name) is m.DoNotCare() for field in dataclasses.fields(matcher)
+    )
 
 
 class _Builder(cst.CSTVisitor):

@@ -118,20 +118,23 @@ def _sets_up(query: Query, statement: cst.CSTNode, name: str) -> bool:
     Passing the model to a function (``validate(model)``, ``print(model)``) or handing its
     parameters to an optimizer is using it, not setting it up. Nested definitions are skipped.
     """
-
-    class _Finder(cst.CSTVisitor):
-        found = False
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            return False
-
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            self.found = self.found or name in target_names(node.target)
-
-        def visit_Call(self, node: cst.Call) -> None:
-            if m.matches(node.func, m.Attribute(value=m.Name(name))) and not m.matches(node, _PARAMETERS):
-                self.found = True
-
-    finder = _Finder()
+    finder = _SetUpFinder(name)
     query.index.visit(finder, statement)
     return finder.found
+
+
+class _SetUpFinder(cst.CSTVisitor):
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self.found = False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.found = self.found or self.name in target_names(node.target)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if m.matches(node.func, m.Attribute(value=m.Name(self.name))) and not m.matches(node, _PARAMETERS):
+            self.found = True
