@@ -36,4 +36,3 @@ class ManualBatching(Rule):
                 "which is correct but gives no speed-up." + policy,
                 "shard the data by hand, e.g. train_data = dp.shard(train_data) before batching it",
             )
-
