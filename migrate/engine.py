@@ -13,6 +13,9 @@ finding saying why; the rules that only check (rank-divergent code) still run on
 from __future__ import annotations
 
 import libcst
+import libcst.matchers
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from .detect import Detection, detect
@@ -21,8 +24,12 @@ from .rules import all_rules
 from .rules._base import RUNTIME_MODULE, Context
 from .rules._plan import apply
 from .rules._query import Query
-from .rules._runtime_import import add_import
 
+_IMPORT_LINE = libcst.matchers.SimpleStatementLine(body=[libcst.matchers.ImportFrom() | libcst.matchers.Import()])
+_IMPORT_OR_FIRST_LINE = _IMPORT_LINE | libcst.matchers.SimpleStatementLine(body=[  # what AddImportsVisitor skips
+    libcst.matchers.Expr(libcst.matchers.SimpleString())
+    | libcst.matchers.Assign(targets=[libcst.matchers.AssignTarget(libcst.matchers.Name("__strict__"))])
+])
 _FRAMEWORK_WORDS = (b"torch", b"tensorflow", b"keras", b"paddle")
 _ALIASES = ("dp", "dpr", "dp_runtime")
 DETECT_RULE = "detect-framework"
@@ -103,13 +110,41 @@ def _emit(ctx: Context, path: str) -> bytes:
     if new is ctx.module:
         return ctx.module.bytes
     if ctx.plan.needs_runtime_import:
-        new = add_import(new, RUNTIME_MODULE, None if ctx.alias == RUNTIME_MODULE else ctx.alias)
+        new = _add_runtime_import(new, None if ctx.alias == RUNTIME_MODULE else ctx.alias)
     output = new.bytes
     try:
         libcst.parse_module(output)
     except libcst.ParserSyntaxError as exc:  # never hand back a file that no longer parses
         raise ConversionError(path, f"the converted file would not parse ({exc.message}); left unchanged") from exc
     return output
+
+
+def _add_runtime_import(module: libcst.Module, alias: str | None) -> libcst.Module:
+    """``import dpmigrate.runtime.torch as dp`` where libcst's ``AddImportsVisitor`` puts it.
+
+    The visitor only reads and changes the module's leading statements (a docstring, the first
+    block of imports, and the statement after it, which may get a blank line before it), yet walks
+    and copies the whole tree twice. It is given just those statements, the ones that are not
+    imports or a docstring stood in for by a ``pass`` with the same leading lines (all it may
+    change of them); the statements and the rest of the body are then put back.
+    """
+    body = list(module.body)
+    end = 1  # the first statement (a docstring, maybe), then the block of imports, then one more
+    while end < len(body) and libcst.matchers.matches(body[end], _IMPORT_LINE):
+        end += 1
+    head = body[: end + 1]
+    stand_ins = {i: s for i, s in enumerate(head) if not libcst.matchers.matches(s, _IMPORT_OR_FIRST_LINE)}
+    context = CodemodContext()
+    AddImportsVisitor.add_needed_import(context, RUNTIME_MODULE, asname=alias)
+    top = AddImportsVisitor(context).transform_module(module.with_changes(body=[
+        libcst.SimpleStatementLine([libcst.Pass()], leading_lines=s.leading_lines) if i in stand_ins else s
+        for i, s in enumerate(head)
+    ]))
+    new_head = list(top.body)
+    for i, original in stand_ins.items():  # the visitor only inserts, before these: count from the end
+        position = len(new_head) - (len(head) - i)
+        new_head[position] = original.with_changes(leading_lines=new_head[position].leading_lines)
+    return top.with_changes(body=[*new_head, *body[end + 1:]])
 
 
 def _free_alias(query: Query) -> str:
