@@ -16,14 +16,11 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .rules._index import TreeIndex
+from .frameworks import FRAMEWORK_OF_PACKAGE
 
 Status = Literal["convert", "converted", "hand-distributed", "multiprocessing", "mixed", "unsupported", "none"]
 
-FRAMEWORK_ROOTS = {
-    "torch": "torch", "torchvision": "torch", "torchaudio": "torch", "torchtext": "torch",
-    "tensorflow": "tensorflow", "keras": "tensorflow", "tf_keras": "tensorflow",
-    "paddle": "paddle", "paddlenlp": "paddle",
-}
+FRAMEWORK_ROOTS = FRAMEWORK_OF_PACKAGE
 SUPPORTED = {"torch"}
 
 _DISTRIBUTED = (

@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from .frameworks import FRAMEWORK_OF_PACKAGE
 from . import launch_job, launch_torch
 from .launch_job import Job, Outcome, Plan, RankFailure
 
@@ -45,12 +46,7 @@ NOT_YET_SUPPORTED = {
 }
 
 # Top-level package -> framework. dpmigrate.runtime.<framework> (a converted script) decides first.
-_FRAMEWORK_OF_PACKAGE = {
-    "torch": "torch", "torchvision": "torch", "torchaudio": "torch", "torchtext": "torch",
-    "lightning": "torch", "pytorch_lightning": "torch",
-    "tensorflow": "tensorflow", "keras": "tensorflow", "tf_keras": "tensorflow",
-    "paddle": "paddle", "paddlenlp": "paddle",
-}
+_FRAMEWORK_OF_PACKAGE = {**FRAMEWORK_OF_PACKAGE, "lightning": "torch", "pytorch_lightning": "torch"}
 _FRAMEWORKS = ("torch", "tensorflow", "paddle")
 
 
