@@ -66,7 +66,10 @@ class PeerMonitor:
             self._stop.wait(INTERVAL)
 
     def stop(self) -> None:
+        """Stop beating and wait for the thread (its store call is short; a dead store ends it)."""
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
 
     def _counters(self) -> list[int]:
         return [int(self.store.add(_KEY.format(r), 0)) for r in range(self.world_size)]

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
-from . import _torch_faults
+from . import _torch_faults, _torch_teardown
 from ._torch_data import distributed_loader_for, shard_indices
 from ._torch_model import DistributedDataParallel, make_distributed_optimizer, wrap_model
 from .atomic import atomic_write
@@ -120,17 +120,18 @@ def _start_process_group(role: Role, backend: str | None, timeout_s: float) -> N
     dist.init_process_group(**kwargs)
     _state.started_group = True
     _state.monitor = _torch_faults.PeerMonitor.start(role, timeout_s)
-    # Ending the group at exit stops the ~5% of gloo jobs that abort ("terminate called without an
-    # active exception") while tearing down after training has finished.
+    # At exit, before Python finalizes: see _torch_teardown for why a plain exit can abort.
     atexit.register(shutdown)
 
 
 def shutdown() -> None:
     """End the process group cleanly (registered at exit by ``init``); safe to call twice."""
     if _state.monitor is not None:
-        _state.monitor.stop()
+        _state.monitor.stop()  # and joined: a thread inside a store call at finalization aborts
         _state.monitor = None
     if _state.started_group and dist.is_initialized() and not _torch_faults.job_is_broken():
+        if dist.get_backend() == "gloo":
+            _torch_teardown.wait_for_idle_gloo_workers()
         dist.destroy_process_group()
     _state.started_group = False
 
