@@ -48,7 +48,7 @@ def convert_path(path: str, options: Options) -> Outcome:
         with open(path, "rb") as handle:
             source = handle.read()
         encoding = check_text(source)
-        from .engine import convert  # libcst is loaded by the first file, never by --help
+        from .codemod.engine import convert  # libcst is loaded by the first file, never by --help
 
         return Outcome(path, convert(source, path, options), encoding)
     except OSError as exc:

@@ -21,6 +21,8 @@ class Options:
     framework: FrameworkChoice = "auto"
     batch: BatchPolicy = "per-device"
     scale_lr: LrPolicy = "none"
+    select: tuple[str, ...] = ()  # run only these rules (empty: every rule)
+    ignore: tuple[str, ...] = ()  # never run these rules
 
 
 @dataclasses.dataclass(frozen=True)

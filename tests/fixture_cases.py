@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dpmigrate.engine import convert
+from dpmigrate.codemod.engine import convert
 from dpmigrate.findings import Conversion, Options
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from dpmigrate.engine import convert
+from dpmigrate.codemod.engine import convert
 from dpmigrate.findings import Conversion, Finding, Options
 
 IMPORT = "import dpmigrate.runtime.torch as dp\n"
@@ -29,3 +29,11 @@ def assert_unchanged(before: str, **options) -> Conversion:
 
 def findings_of(result: Conversion, rule: str, severity: str | None = None) -> list[Finding]:
     return [f for f in result.findings if f.rule == rule and (severity is None or f.severity == severity)]
+
+
+def assert_rule_converts(rule: str, before: str, after: str, **options) -> Conversion:
+    """Run ``rule`` alone (as LibCST's ``CodemodTest`` runs one command): the output shows only its edits."""
+    result = convert_text(before, select=(rule,), **options)
+    assert result.output.decode() == textwrap.dedent(after)
+    assert {f.rule for f in result.findings} <= {rule, "detect-framework"}
+    return result

@@ -1,6 +1,6 @@
 """The command line: modes, exit codes, what is written (atomically, byte for byte) and what is not.
 
-Expectations are taken from ``dpmigrate.engine.convert`` on the same bytes, so these tests say
+Expectations are taken from ``dpmigrate.codemod.engine.convert`` on the same bytes, so these tests say
 what the CLI does with a conversion, and hold whatever the rules convert.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dpmigrate.cli import main
-from dpmigrate.engine import convert
+from dpmigrate.codemod.engine import convert
 from dpmigrate.files import discover
 from dpmigrate.findings import Options
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from dpmigrate.engine import convert
+from dpmigrate.codemod.engine import convert
 from dpmigrate.findings import ConversionError, Options
 from dpmigrate.rules import all_rules
 

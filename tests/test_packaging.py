@@ -49,7 +49,7 @@ def test_the_wheel_holds_dpmigrate_runtime_and_no_top_level_runtime_or_migrate(t
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"dpmigrate"}
     for module in ("dpmigrate/__init__.py", "dpmigrate/runtime/__init__.py", "dpmigrate/runtime/torch.py",
-                   "dpmigrate/runtime/role.py", "dpmigrate/cli.py", "dpmigrate/engine.py"):
+                   "dpmigrate/runtime/role.py", "dpmigrate/cli.py", "dpmigrate/codemod/engine.py", "dpmigrate/rules/torch/__init__.py"):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "dpmigrate = dpmigrate.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dpmigrate.engine import convert
+from dpmigrate.codemod.engine import convert
 from dpmigrate.findings import Options
 
 from test_cli import BROKEN_TORCH, TORCH_SCRIPT

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ._base import Rule
+from ...codemod.rule import Rule
 
 _CUDA_AVAILABLE = "torch.cuda.is_available"
 _KEPT_TO_KWARGS = {"non_blocking", "memory_format", "copy", "dtype"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ._base import Rule
-from ._query import optimizer_class
+from ...codemod.query import optimizer_class
+from ...codemod.rule import Rule
 
 
 class DistributedOptimizer(Rule):

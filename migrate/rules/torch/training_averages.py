@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst.matchers as m
 from libcst.metadata import PositionProvider
 
-from ._base import Rule
-from ._loaders import find_loaders
+from ...codemod.loaders import LoaderFlow
+from ...codemod.rule import Rule
 
 
 class TrainingAverages(Rule):
@@ -27,11 +27,8 @@ class TrainingAverages(Rule):
     name = "training-dataset-averages"
 
     def finish(self) -> None:
-        sharded = {id(c) for c in self.ctx.facts.get("training_loaders", ())}
         done: set[int] = set()
-        for loader in find_loaders(self.q):
-            if id(loader.call) not in sharded:
-                continue
+        for loader in self.ctx.analysis(LoaderFlow).sharded_training():
             for loop in loader.loops:
                 if loop.variable is None or id(loop.node) in done:
                     continue

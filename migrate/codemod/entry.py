@@ -1,49 +1,40 @@
-"""Start the runtime once, at the start of the script's entry point."""
+"""Where a script's entry point starts: the one place ``dp.init()`` (and what must follow it) goes.
+
+An analysis (``ctx.analysis(EntryPoint)``) rather than a rule's private decision, because the
+logging switch must go right after ``dp.init()`` and must not depend on the init rule having run.
+The entry point is the ``__main__`` block when it parses the arguments, else the module top when
+the script parses them there, else the function the ``__main__`` block calls (``main()``), else
+that block, else the module top (after the imports) for scripts without one. Files that train
+nothing (modules of models and helpers) have none: importing them must not start the runtime.
+"""
 
 from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
 
-from ._base import Rule
-from ._query import is_main_guard
+from .query import is_main_guard
 
 PARSE_ARGS = m.Call(func=m.Attribute(attr=m.Name("parse_args") | m.Name("parse_known_args")))
 
 
-class InitRuntime(Rule):
-    """Call ``dp.init()`` at the start of the entry point, after the arguments are parsed.
+class EntryPoint:
+    """``anchor``: the statement to insert at; ``after``: insert after it (else before); None when the file trains nothing."""
 
-    Why: every later runtime call needs to know this process's rank and world size, and the process
-    group must exist before the model is wrapped. After ``parse_args()`` so that ``--help`` and
-    argument errors start nothing.
-    Example:  def main():                      def main():
-                  args = parser.parse_args()  ->   args = parser.parse_args()
-                  ...                              dp.init()
-    The entry point is the ``__main__`` block when it parses the arguments, else the module top when
-    the script parses them there, else the function the ``__main__`` block calls (``main()``), else
-    that block, else the module top (after the imports) for scripts without one.
-    Leaves alone: files that train nothing (no ``backward()`` or optimizer step: modules of models
-    and helpers, imported by the script); every runtime call starts the runtime lazily anyway.
-    """
+    def __init__(self, ctx) -> None:
+        self.q = ctx.query
+        self.module = ctx.module
+        self.anchor: cst.BaseStatement | None = None
+        self.after = False
+        if self.q.is_training_script():
+            _, self.anchor, self.after = self._entry_point()
 
-    name = "init-runtime"
-
-    def finish(self) -> None:
-        if not self.q.is_training_script():
-            return  # a module of models or helpers: any dp call it gets starts the runtime lazily
-        _, anchor, after = self._entry_point()
-        statement = self.statement("{dp}.init()\n")
-        if after:
-            self.ctx.plan.insert_after(anchor, statement)
-        else:
-            self.ctx.plan.insert_before(anchor, statement)
-        self.ctx.facts["init_anchor"] = (anchor, after)
-        where = "after the arguments are parsed" if self._parses_args(anchor) and after else "at the entry point"
-        self.report(anchor, "change", f"dp.init() {where}: joins the job the launcher started (nothing when run plainly)")
+    @property
+    def after_parsed_arguments(self) -> bool:
+        return self.anchor is not None and self.after and self._parses_args(self.anchor)
 
     def _entry_point(self) -> tuple[cst.CSTNode, cst.BaseStatement, bool]:
-        module = self.ctx.module
+        module = self.module
         guards = [s for s in module.body if isinstance(s, cst.If) and is_main_guard(s)]
         if guards:
             guard = guards[-1]
@@ -82,11 +73,11 @@ class InitRuntime(Rule):
     def _module_top(self, statements: list[cst.BaseStatement]):
         parsed = _first(statements, self._parses_args)
         if parsed is not None:
-            return self.ctx.module, parsed, True
+            return self.module, parsed, True
         code = [s for s in statements if not (_is_docstring(s) or _is_import(s))]
         if code:
-            return self.ctx.module, code[0], False
-        return self.ctx.module, statements[-1], True
+            return self.module, code[0], False
+        return self.module, statements[-1], True
 
 
 def _first(statements, predicate):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ._base import Rule
-from ._rank import RankAnalysis
+from ...codemod.ranks import RankAnalysis
+from ...codemod.rule import Rule
 
 
 class RankDivergence(Rule):
@@ -27,8 +27,7 @@ class RankDivergence(Rule):
     checks_only = True
 
     def finish(self) -> None:
-        ranks = self.ctx.facts.get("ranks") or RankAnalysis(self.q)
-        self.ctx.facts["ranks"] = ranks
+        ranks = self.ctx.analysis(RankAnalysis)
         for call in self.q.findall(self.ctx.module, m.Call()):
             what = ranks.collective(call)
             guard = ranks.rank_condition(call) if what else None

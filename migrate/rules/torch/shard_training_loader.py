@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-
-from ._base import Rule
-from ._loaders import find_loaders
-
-_OWN_SAMPLING = ("sampler", "batch_sampler")
+from ...codemod.loaders import LoaderFlow, own_sampling
+from ...codemod.rule import Rule
 
 
 class ShardTrainingLoader(Rule):
@@ -28,8 +25,7 @@ class ShardTrainingLoader(Rule):
     name = "shard-training-loader"
 
     def finish(self) -> None:
-        training = []
-        for loader in find_loaders(self.q):
+        for loader in self.ctx.analysis(LoaderFlow).loaders:
             if loader.role == "unknown":
                 self.report(
                     loader.call, "declined",
@@ -39,7 +35,7 @@ class ShardTrainingLoader(Rule):
                     "leave it or use dp.distributed_loader(..., evaluation=True) and all-reduce the sums",
                 )
             elif loader.role == "train":
-                own = [a.keyword.value for a in loader.call.args if a.keyword and a.keyword.value in _OWN_SAMPLING]
+                own = own_sampling(loader)
                 if own:
                     self.report(
                         loader.call, "declined",
@@ -48,10 +44,8 @@ class ShardTrainingLoader(Rule):
                     )
                     continue
                 self.ctx.plan.replace(loader.call, lambda updated: self.dp_call("distributed_loader", updated))
-                training.append(loader.call)
                 self.report(loader.call, "change", f"training DataLoader{_named(loader.name)} sharded: "
                             "dp.distributed_loader gives each rank a disjoint part")
-        self.ctx.facts["training_loaders"] = training
 
 
 def _named(name: str | None) -> str:

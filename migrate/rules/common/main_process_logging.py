@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst.matchers as m
 
-from ._base import Rule
+from ...codemod.entry import EntryPoint
+from ...codemod.rule import Rule
 
 _LOGGING_CALLS = m.Call(func=m.Attribute(attr=m.Name()) | m.Name())
 
@@ -29,7 +30,8 @@ class MainProcessLogging(Rule):
     def finish(self) -> None:
         first = next((c for c in self.q.findall(self.ctx.module, _LOGGING_CALLS)
                       if self.q.callee_starts_with(c, "logging.")), None)
-        if first is None or "init_anchor" not in self.ctx.facts:  # no logging, or not a training script
+        entry = self.ctx.analysis(EntryPoint)
+        if first is None or entry.anchor is None:  # no logging, or not a training script
             return
         if not self._imports_logging():
             self.report(
@@ -37,7 +39,7 @@ class MainProcessLogging(Rule):
                 "after dp.init(), add: if not dp.is_main_process(): logging.disable(logging.WARNING)",
             )
             return
-        anchor, after = self.ctx.facts["init_anchor"]
+        anchor, after = entry.anchor, entry.after
         block = self.statement("if not {dp}.is_main_process():\n    logging.disable(logging.WARNING)\n")
         if after:
             self.ctx.plan.insert_after(anchor, block)

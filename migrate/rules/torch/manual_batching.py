@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst.matchers as m
 
-from ._base import Rule
-from ._loaders import find_loaders
+from ...codemod.loaders import LoaderFlow
+from ...codemod.rule import Rule
 
 
 class ManualBatching(Rule):
@@ -23,7 +23,7 @@ class ManualBatching(Rule):
     name = "manual-batching"
 
     def finish(self) -> None:
-        if find_loaders(self.q):
+        if self.ctx.analysis(LoaderFlow).loaders:
             return
         loops = [f for f in self.q.findall(self.ctx.module, m.For() | m.While()) if self.q.has_backward(f.body)]
         innermost = [f for f in loops if not any(g is not f and self.q.index.contains(f, g) for g in loops)]

@@ -3,11 +3,14 @@
 The input is parsed as bytes, so libcst honours a PEP 263 coding cookie and a UTF-8 BOM, and the
 output (``module.bytes``) keeps the encoding, line endings, comments and formatting of everything
 no rule touched. Every rule reads the original tree and records edits in one plan, applied at the
-end (see ``rules/_plan.py``); positions in findings are therefore those of the input file.
+end (see ``plan.py``); positions in findings are therefore those of the input file.
 
-A file that is not plain single-process PyTorch (already converted, written for DDP by hand,
-Hogwild-style, another or two frameworks) is returned byte-identical with a note or a declined
-finding saying why; the rules that only check (rank-divergent code) still run on PyTorch files.
+The framework's rules and vocabulary come from the registry (``dpmigrate.frameworks``): the engine
+itself knows no framework. A file that is not plain single-process code of a framework with rules
+(already converted, written for data parallelism by hand, starting its own processes, a framework
+without rules, two frameworks) is returned byte-identical with a note or a declined finding saying
+why; the rules that only check (rank-divergent code) still run on such files of that framework.
+``Options.select`` / ``Options.ignore`` run some rules only (a rule's tests run it alone).
 """
 
 from __future__ import annotations
@@ -18,39 +21,41 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper
 
+from ..findings import Conversion, ConversionError, Finding, Options
+from ..frameworks import REGISTRY
 from .detect import Detection, detect
-from .findings import Conversion, ConversionError, Finding, Options
-from .rules import all_rules
-from .rules._base import RUNTIME_MODULE, Context
-from .rules._plan import apply
-from .rules._query import Query
+from .index import TreeIndex
+from .plan import apply
+from .query import Query
+from .rule import Context, Rule
 
 _IMPORT_LINE = libcst.matchers.SimpleStatementLine(body=[libcst.matchers.ImportFrom() | libcst.matchers.Import()])
 _IMPORT_OR_FIRST_LINE = _IMPORT_LINE | libcst.matchers.SimpleStatementLine(body=[  # what AddImportsVisitor skips
     libcst.matchers.Expr(libcst.matchers.SimpleString())
     | libcst.matchers.Assign(targets=[libcst.matchers.AssignTarget(libcst.matchers.Name("__strict__"))])
 ])
-_FRAMEWORK_WORDS = (b"torch", b"tensorflow", b"keras", b"paddle")
 _ALIASES = ("dp", "dpr", "dp_runtime")
 DETECT_RULE = "detect-framework"
 
 
 def convert(source: bytes, path: str, options: Options = Options()) -> Conversion:
     """Return the converted file. Raises ConversionError for a file that is not text or does not parse."""
-    if not any(word in source for word in _FRAMEWORK_WORDS):
+    if not any(package.encode() in source for f in REGISTRY.values() for package in f.packages):
         return Conversion(path=path, original=source, output=source)
     module = _parse(source, path)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # a fresh tree nobody else holds: no copy
-    query = Query(wrapper)  # one index of the tree and one set of metadata, shared by detection and rules
-    detection = detect(wrapper, query.index)
+    index = TreeIndex(wrapper)  # one index of the tree and one set of metadata, shared by detection and rules
+    detection = detect(wrapper, index)
     findings = _detection_findings(detection, path, options)
     if detection.status == "none":
         return Conversion(path=path, original=source, output=source, findings=tuple(findings))
     convertible = detection.status == "convert" and options.framework in ("auto", detection.framework)
     output = source
-    if detection.framework == "torch" and detection.status != "mixed":
-        ctx = Context(wrapper, path, options, alias=_free_alias(query), shared_query=query)
-        _run_rules(ctx, convert=convertible)
+    rule_set = REGISTRY[detection.framework].rule_set() if detection.status != "mixed" else None
+    if rule_set is not None and rule_set.RULES:
+        query = Query(wrapper, rule_set.VOCABULARY, index)
+        ctx = Context(wrapper, path, options, query, alias=_free_alias(query))
+        _run_rules(ctx, _chosen(rule_set.RULES, options), convert=convertible)
         findings.extend(ctx.findings)
         if convertible:
             output = _emit(ctx, path)
@@ -77,7 +82,7 @@ def _detection_findings(detection: Detection, path: str, options: Options) -> li
     if detection.status == "mixed":
         return [finding(
             "declined", detection.reason,
-            "move each framework's training code into its own file and convert the PyTorch one",
+            "move each framework's training code into its own file and convert each one",
         )]
     if detection.status == "none":
         return []
@@ -92,8 +97,13 @@ def _detection_findings(detection: Detection, path: str, options: Options) -> li
     return [finding("note", detection.reason)]
 
 
-def _run_rules(ctx: Context, *, convert: bool) -> None:
-    for rule_class in all_rules():
+def _chosen(rules, options: Options) -> list[type[Rule]]:
+    """The framework's rules, less those not selected or ignored (names checked by the CLI)."""
+    return [r for r in rules if (not options.select or r.name in options.select) and r.name not in options.ignore]
+
+
+def _run_rules(ctx: Context, rules: list[type[Rule]], *, convert: bool) -> None:
+    for rule_class in rules:
         if not (convert or rule_class.checks_only):
             continue
         try:
@@ -110,7 +120,8 @@ def _emit(ctx: Context, path: str) -> bytes:
     if new is ctx.module:
         return ctx.module.bytes
     if ctx.plan.needs_runtime_import:
-        new = _add_runtime_import(new, None if ctx.alias == RUNTIME_MODULE else ctx.alias)
+        runtime = ctx.vocabulary.runtime_module
+        new = _add_runtime_import(new, runtime, None if ctx.alias == runtime else ctx.alias)
     output = new.bytes
     try:
         libcst.parse_module(output)
@@ -119,8 +130,8 @@ def _emit(ctx: Context, path: str) -> bytes:
     return output
 
 
-def _add_runtime_import(module: libcst.Module, alias: str | None) -> libcst.Module:
-    """``import dpmigrate.runtime.torch as dp`` where libcst's ``AddImportsVisitor`` puts it.
+def _add_runtime_import(module: libcst.Module, runtime: str, alias: str | None) -> libcst.Module:
+    """``import dpmigrate.runtime.<framework> as dp`` where libcst's ``AddImportsVisitor`` puts it.
 
     The visitor only reads and changes the module's leading statements (a docstring, the first
     block of imports, and the statement after it, which may get a blank line before it), yet walks
@@ -135,7 +146,7 @@ def _add_runtime_import(module: libcst.Module, alias: str | None) -> libcst.Modu
     head = body[: end + 1]
     stand_ins = {i: s for i, s in enumerate(head) if not libcst.matchers.matches(s, _IMPORT_OR_FIRST_LINE)}
     context = CodemodContext()
-    AddImportsVisitor.add_needed_import(context, RUNTIME_MODULE, asname=alias)
+    AddImportsVisitor.add_needed_import(context, runtime, asname=alias)
     top = AddImportsVisitor(context).transform_module(module.with_changes(body=[
         libcst.SimpleStatementLine([libcst.Pass()], leading_lines=s.leading_lines) if i in stand_ins else s
         for i, s in enumerate(head)

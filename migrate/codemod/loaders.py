@@ -4,7 +4,12 @@ A loader's role is decided from where its batches go, never from its name: a loa
 loop that runs ``backward()`` or an optimizer step (directly or through a function it calls)
 trains; one whose loops never do evaluates; one whose batches cannot be followed (stored in an
 attribute, handed to ``iter()``, returned) is "unknown" and its rule declines. Loaders passed as
-arguments are followed into the module's own functions, a few calls deep.
+arguments are followed into the module's own functions, a few calls deep. Which calls build a
+loader is the vocabulary's ``data_loaders``.
+
+One :class:`LoaderFlow` per file (``ctx.analysis(LoaderFlow)``) serves every rule that needs it:
+the training-loader rule shards ``sharded_training()``, and the batch-size and dataset-average
+rules act on the same loaders without depending on that rule having run.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Literal
 import libcst as cst
 import libcst.matchers as m
 
-from ._query import DATA_LOADERS, Query
+from .query import Query
 
 Role = Literal["train", "eval", "unknown"]
 _MAX_DEPTH = 3
@@ -38,14 +43,30 @@ class Loader:
     role: Role
 
 
+OWN_SAMPLING = ("sampler", "batch_sampler")
+
+
+class LoaderFlow:
+    """The file's loaders, their roles, and which training loaders get sharded."""
+
+    def __init__(self, ctx) -> None:
+        self.loaders = find_loaders(ctx.query)
+
+    def sharded_training(self) -> list[Loader]:
+        """Training loaders that can be sharded: not those with a sampler of their own (declined)."""
+        return [loader for loader in self.loaders if loader.role == "train" and not own_sampling(loader)]
+
+
+def own_sampling(loader: Loader) -> list[str]:
+    """The sampling arguments a loader passes itself (``sampler=``, ``batch_sampler=``)."""
+    return [a.keyword.value for a in loader.call.args if a.keyword and a.keyword.value in OWN_SAMPLING]
+
+
 def find_loaders(query: Query) -> list[Loader]:
-    """Every ``DataLoader(...)`` call (by qualified name) with the loops that read it and its role."""
-    cached = getattr(query, "_loaders", None)
-    if cached is not None:
-        return cached
+    """Every loader construction (by qualified name) with the loops that read it and its role."""
     loaders = []
     for call in query.findall(query.module, m.Call()):
-        if query.is_call_to(call, DATA_LOADERS):
+        if query.is_call_to(call, query.vocabulary.data_loaders):
             name, loops = _consumers(query, call)
             if not loops:
                 role: Role = "unknown"
@@ -54,7 +75,6 @@ def find_loaders(query: Query) -> list[Loader]:
             else:
                 role = "eval"
             loaders.append(Loader(call, name, loops, role))
-    query._loaders = loaders  # type: ignore[attr-defined]  # computed once per file, shared by rules
     return loaders
 
 

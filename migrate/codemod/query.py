@@ -1,9 +1,10 @@
 """Questions the rules ask of the original tree: qualified names, parents, enclosing statements,
-which loops train, which expressions depend on the rank.
+which loops train, which calls build an optimizer.
 
 Kept free of any edit so that the rules read as decisions, and the divergence check (which runs on
-files left unchanged) can share the same notion of "training loop" as the data rules. Every answer
-comes from one :class:`~._index.TreeIndex` of the file (no walk of the tree per question).
+files left unchanged) can share the same notion of "training loop" as the data rules. What a
+training step or an optimizer looks like comes from the framework's vocabulary. Every answer comes
+from one :class:`~.index.TreeIndex` of the file (no walk of the tree per question).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper
 
-from ._index import TreeIndex
+from .index import TreeIndex
+from .vocabulary import Vocabulary, matches
 
 STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
@@ -22,8 +24,9 @@ STATEMENT_TYPES = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 class Query:
     """Metadata look-ups over one wrapped module."""
 
-    def __init__(self, wrapper: MetadataWrapper, index: TreeIndex | None = None) -> None:
+    def __init__(self, wrapper: MetadataWrapper, vocabulary: Vocabulary, index: TreeIndex | None = None) -> None:
         self.module = wrapper.module
+        self.vocabulary = vocabulary
         self.index = index or TreeIndex(wrapper)
         self.findall = self.index.findall  # m.findall's answer, from the index
         self._training_functions: set[str] | None = None
@@ -107,13 +110,17 @@ class Query:
         return self.has_backward(node) or bool(self.called_names(node) & self.training_functions())
 
     def has_backward(self, node: cst.CSTNode) -> bool:
-        """``loss.backward()``, ``scaler.scale(loss).backward()`` or ``optimizer.step()`` somewhere inside."""
-        for call in self.findall(node, m.Call(func=m.Attribute(attr=m.Name("backward") | m.Name("step")))):
+        """``loss.backward()``, ``scaler.scale(loss).backward()`` or ``optimizer.step()`` somewhere inside.
+
+        The method names are the vocabulary's; a step counts only on a name that says "optim".
+        """
+        backward, step = self.vocabulary.backward_methods, self.vocabulary.optimizer_step_methods
+        for call in self.findall(node, m.Call(func=m.Attribute(attr=m.Name()))):
             attribute = call.func
-            if attribute.attr.value == "backward":
+            if attribute.attr.value in backward:
                 return True
             owner = attribute.value
-            if isinstance(owner, cst.Name) and "optim" in owner.value.lower():
+            if attribute.attr.value in step and isinstance(owner, cst.Name) and "optim" in owner.value.lower():
                 return True
         return False
 
@@ -173,16 +180,24 @@ def body_statements(node: cst.CSTNode) -> Iterator[cst.BaseStatement]:
         yield from ()
 
 
-DATA_LOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
-_NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.", "torch.optim.Optimizer")
-
-
 def optimizer_class(query: Query, node: cst.CSTNode) -> str | None:
-    """``"torch.optim.SGD"`` for a call constructing a torch optimizer (by qualified name), else None."""
-    name = query.callee_starts_with(node, "torch.optim.")
-    if name is None or name.startswith(_NOT_OPTIMIZERS) or not name.rsplit(".", 1)[-1][:1].isupper():
+    """``"torch.optim.SGD"`` for a call constructing one of the framework's optimizers, else None.
+
+    An optimizer is a class (capitalised) under the vocabulary's ``optimizer_prefix``, schedulers
+    and base classes excepted; matched by qualified name, so a script's own ``SGD`` is not one.
+    """
+    vocabulary = query.vocabulary
+    if not vocabulary.optimizer_prefix:
+        return None
+    name = query.callee_starts_with(node, vocabulary.optimizer_prefix)
+    if name is None or matches(name, vocabulary.not_optimizer_prefixes) or not name.rsplit(".", 1)[-1][:1].isupper():
         return None
     return name
+
+
+def parameter_call(query: Query) -> m.Call:
+    """Matches ``x.parameters()`` (the vocabulary's parameter methods)."""
+    return m.Call(func=m.Attribute(attr=m.OneOf(*(m.Name(n) for n in query.vocabulary.parameter_methods))))
 
 
 def parameter_owners(query: Query, call: cst.Call) -> list[str]:
@@ -191,8 +206,7 @@ def parameter_owners(query: Query, call: cst.Call) -> list[str]:
     params += [a.value for a in call.args if a.keyword is not None and a.keyword.value == "params"]
     owners: list[str] = []
     for root in params:
-        pattern = m.Call(func=m.Attribute(attr=m.Name("parameters") | m.Name("named_parameters")))
-        for found in query.findall(root, pattern):
+        for found in query.findall(root, parameter_call(query)):
             owner = found.func.value
             while isinstance(owner, cst.Attribute):
                 owner = owner.value

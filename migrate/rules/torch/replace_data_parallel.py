@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ._base import Rule
+from ...codemod.rule import Rule
 
 DATA_PARALLEL = {
     "torch.nn.DataParallel",
@@ -30,6 +30,7 @@ class ReplaceDataParallel(Rule):
     """
 
     name = "replace-data-parallel"
+    _data_parallel_names: set[str] | None = None
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.q.is_call_to(node, DATA_PARALLEL) and node.args:
@@ -78,12 +79,13 @@ class ReplaceDataParallel(Rule):
                         "the model's keys and attributes")
 
     def _dp_names(self) -> set[str]:
-        if "data_parallel_models" not in self.ctx.facts:
+        """Names assigned a DataParallel (computed on first use, once per file)."""
+        if self._data_parallel_names is None:
             names: set[str] = set()
             for call in self.q.findall(self.ctx.module, m.Call()):
                 if self.q.is_call_to(call, DATA_PARALLEL):
                     statement = self.q.statement_of(call)
                     if m.matches(statement, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())])])):
                         names.add(statement.body[0].targets[0].target.value)
-            self.ctx.facts["data_parallel_models"] = names
-        return self.ctx.facts["data_parallel_models"]
+            self._data_parallel_names = names
+        return self._data_parallel_names

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import libcst as cst
 
-from ._index import TreeIndex
+from .index import TreeIndex
 
 Replacement = Callable[[cst.CSTNode], cst.CSTNode]
 Wrapper = Callable[[Sequence[cst.BaseStatement]], cst.BaseStatement]

@@ -6,8 +6,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import PositionProvider
 
-from ._base import Rule
-from ._loaders import Loader, Loop, find_loaders
+from ...codemod.loaders import Loader, LoaderFlow, Loop
+from ...codemod.rule import Rule
 
 _MUTATORS = {"append", "extend", "update", "add", "add_", "insert", "write", "writerow", "put", "copy_", "log"}
 
@@ -33,7 +33,7 @@ class EvaluationLoader(Rule):
     name = "evaluation-loader"
 
     def finish(self) -> None:
-        loaders = find_loaders(self.q)
+        loaders = self.ctx.analysis(LoaderFlow).loaders
         readers: dict[int, list[Loader]] = {}
         for loader in loaders:
             for loop in loader.loops:

@@ -1,10 +1,12 @@
 """Which expressions depend on the rank, and which calls every rank must reach (collectives).
 
-Shared by the rules that must not make a rank-guarded save collective and by the divergence check.
-A condition is rank-dependent when it calls a rank query (``dist.get_rank()``,
-``dp.is_main_process()``...), reads a rank variable of the launchers (``os.environ["RANK"]``),
-names one by a usual name (``rank``, ``args.local_rank``, ``is_master``...), or reads a variable
-assigned from any of these.
+One analysis per file (``ctx.analysis(RankAnalysis)``), shared by the rules that must not make a
+rank-guarded save collective, that keep output on the main process, and the divergence check. A
+condition is rank-dependent when it calls a rank query (the framework's, e.g. ``dist.get_rank()``,
+or the runtime's ``dp.is_main_process()``...), reads a rank variable of the launchers
+(``os.environ["RANK"]``), names one by a usual name (``rank``, ``args.local_rank``,
+``is_master``...), or reads a variable assigned from any of these. The framework's rank queries and
+collectives come from its vocabulary; the words and launcher variables are the same everywhere.
 """
 
 from __future__ import annotations
@@ -12,16 +14,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ._query import Query
+from .query import Query
 
-RANK_CALLS = {
-    "torch.distributed.get_rank",
-    "torch.distributed.get_node_local_rank",
-    "dpmigrate.runtime.torch.rank",
-    "dpmigrate.runtime.torch.local_rank",
-    "dpmigrate.runtime.torch.is_main_process",
-    "dpmigrate.runtime.torch.role",
-}
 RANK_WORDS = {
     "rank", "local_rank", "global_rank", "node_rank", "world_rank", "is_main_process",
     "is_local_main_process", "is_master", "is_main", "main_process", "is_chief", "master_process",
@@ -29,26 +23,16 @@ RANK_WORDS = {
 }
 RANK_VARIABLES = {"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "PADDLE_TRAINER_ID"}
 
-COLLECTIVES = {
-    *(f"torch.distributed.{n}" for n in (
-        "all_reduce", "reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "gather",
-        "gather_object", "scatter", "scatter_object_list", "broadcast", "broadcast_object_list", "barrier",
-        "monitored_barrier", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
-        "new_group",
-    )),
-    *(f"dpmigrate.runtime.torch.{n}" for n in (
-        "all_reduce", "all_gather", "broadcast", "barrier", "save", "main_process_first", "distributed_model",
-    )),
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-}
-
 
 class RankAnalysis:
     """Rank-dependence of expressions and collective-ness of calls in one module."""
 
-    def __init__(self, query: Query) -> None:
+    def __init__(self, ctx) -> None:
+        query: Query = ctx.query
         self.q = query
+        self.vocabulary = query.vocabulary
+        self.rank_calls = self.vocabulary.all_rank_calls
+        self.collectives = self.vocabulary.all_collectives
         self.tainted: set[str] = set()
         assignments = query.findall(query.module, m.Assign() | m.AnnAssign())
         changed = True
@@ -66,7 +50,7 @@ class RankAnalysis:
 
     def depends_on_rank(self, expression: cst.CSTNode) -> bool:
         for node in self.q.findall(expression, m.Call() | m.Name() | m.Attribute() | m.SimpleString()):
-            if isinstance(node, cst.Call) and self.q.is_call_to(node, RANK_CALLS):
+            if isinstance(node, cst.Call) and self.q.is_call_to(node, self.rank_calls):
                 return True
             if isinstance(node, cst.Name) and (node.value in RANK_WORDS or node.value in self.tainted):
                 return True
@@ -87,9 +71,9 @@ class RankAnalysis:
 
     def collective(self, call: cst.Call) -> str | None:
         """What the call is, when every rank must reach it (directly or inside a function it calls)."""
-        for name in sorted(self.q.qualified_names(call.func)):
-            if name in COLLECTIVES:
-                return name.replace("dpmigrate.runtime.torch.", "dp.").replace("torch.distributed.", "dist.")
+        direct = self._direct_collective(call)
+        if direct is not None:
+            return direct
         if isinstance(call.func, cst.Name) and call.func.value in self.collective_functions:
             return f"{call.func.value}() (it calls {self.collective_functions[call.func.value]})"
         return None
@@ -113,6 +97,6 @@ class RankAnalysis:
 
     def _direct_collective(self, call: cst.Call) -> str | None:
         for name in sorted(self.q.qualified_names(call.func)):
-            if name in COLLECTIVES:
-                return name.replace("dpmigrate.runtime.torch.", "dp.").replace("torch.distributed.", "dist.")
+            if name in self.collectives:
+                return self.vocabulary.short_name(name)
         return None

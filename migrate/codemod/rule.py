@@ -1,49 +1,55 @@
 """What every rule shares: the context it reads and writes, and small helpers to report and rewrite.
 
 A rule is a libcst visitor over the *original* module, driven by the file's one ``TreeIndex``
-(``visit_<Type>`` methods only; metadata and the index are built once for all rules). It
-never mutates the tree: it records edits in ``ctx.plan`` and findings with ``self.report``; facts a
-later rule needs (which names are models, which loaders were sharded) go in ``ctx.facts``.
+(``visit_<Type>`` methods only; metadata and the index are built once for all rules). It never
+mutates the tree: it records edits in ``ctx.plan`` and findings with ``self.report``. What several
+rules need to know (which loaders train, which names are models, where ``dp.init()`` goes, which
+names hold the rank) is an *analysis*, computed once per file from the tree alone and asked for
+with ``ctx.analysis(Kind)``: no rule depends on another having run, so one rule can run alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..findings import Finding, Options, Severity
-from ._plan import Plan
-from ._query import Query
+from .plan import Plan
+from .query import Query
+from .vocabulary import Vocabulary
 
-RUNTIME_MODULE = "dpmigrate.runtime.torch"
+AnalysisT = TypeVar("AnalysisT")
 
 
 @dataclasses.dataclass
 class Context:
-    """One conversion: the parsed input, the user's options, and what the rules have decided so far."""
+    """One conversion: the parsed input, the framework's vocabulary, the user's options, the edits."""
 
     wrapper: MetadataWrapper
     path: str
     options: Options
+    query: Query
     alias: str = "dp"  # the name the converted file binds the runtime to
     plan: Plan = dataclasses.field(default_factory=Plan)
     findings: list[Finding] = dataclasses.field(default_factory=list)
-    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    shared_query: Query | None = None  # the engine's, already used for detection; built here if None
+    _analyses: dict[type, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def module(self) -> cst.Module:
         return self.wrapper.module
 
     @property
-    def query(self) -> Query:
-        if self.shared_query is None:
-            self.shared_query = Query(self.wrapper)
-        return self.shared_query
+    def vocabulary(self) -> Vocabulary:
+        return self.query.vocabulary
+
+    def analysis(self, kind: type[AnalysisT]) -> AnalysisT:
+        """The file's one instance of an analysis class (built from the context on first use)."""
+        if kind not in self._analyses:
+            self._analyses[kind] = kind(self)
+        return self._analyses[kind]
 
     def config(self) -> cst.PartialParserConfig:
         return self.module.config_for_parsing
@@ -59,6 +65,7 @@ class Rule(cst.CSTVisitor):
         super().__init__()
         self.ctx = ctx
         self.q = ctx.query
+        self.vocabulary = ctx.vocabulary
 
     def run(self) -> None:
         """Visit the module and then :meth:`finish`; the engine calls this once per file."""
@@ -83,13 +90,14 @@ class Rule(cst.CSTVisitor):
         self.ctx.plan.needs_runtime_import = True
         return cst.parse_expression(f"{self.ctx.alias}.{code}", config=self.ctx.config())
 
+    def dp_attribute(self, name: str) -> cst.Attribute:
+        """``dp.name`` (to replace a callee: ``torch.save`` -> ``dp.save``)."""
+        self.ctx.plan.needs_runtime_import = True
+        return cst.Attribute(cst.Name(self.ctx.alias), cst.Name(name))
+
     def dp_call(self, function: str, *args: cst.BaseExpression | cst.Arg) -> cst.Call:
         """``dp.function(args...)`` built from existing nodes (their formatting kept)."""
-        self.ctx.plan.needs_runtime_import = True
-        return cst.Call(
-            func=cst.Attribute(cst.Name(self.ctx.alias), cst.Name(function)),
-            args=[a if isinstance(a, cst.Arg) else cst.Arg(a) for a in args],
-        )
+        return cst.Call(func=self.dp_attribute(function), args=[a if isinstance(a, cst.Arg) else cst.Arg(a) for a in args])
 
     def statement(self, code: str) -> cst.BaseStatement:
         """A new statement parsed with the file's newline and indentation; ``{dp}`` is the alias."""

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ._base import Rule
-from ._rank import RankAnalysis
+from ...codemod.ranks import RankAnalysis
+from ...codemod.rule import Rule
 
 PROGRESS_BARS = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange", "tqdm.auto.trange"}
-IMAGE_WRITERS = {"torchvision.utils.save_image"}
 
 
 class MainProcessOutput(Rule):
@@ -21,7 +20,8 @@ class MainProcessOutput(Rule):
               vutils.save_image(fake, path)
            -> if dp.is_main_process():
                   vutils.save_image(fake, path)
-    Matched by qualified name (``tqdm.tqdm``, ``torchvision.utils.save_image``), in files that train.
+    Matched by qualified name (``tqdm.tqdm``; image writers from the framework's vocabulary, e.g.
+    ``torchvision.utils.save_image``), in files that train.
     Leaves alone: progress bars that already pass ``disable=``; image writes that are not a
     statement of their own, or already under a rank condition.
     """
@@ -38,7 +38,7 @@ class MainProcessOutput(Rule):
             if node.args:
                 self.ctx.plan.replace(node, self._disabled_off_main)
             self.report(node, "change", "progress bar shown by the main process only (disable=not dp.is_main_process())")
-        elif self.q.is_call_to(node, IMAGE_WRITERS):
+        elif self.q.is_call_to(node, self.vocabulary.image_writers):
             self._image(node)
 
     def _disabled_off_main(self, updated: cst.Call) -> cst.Call:
@@ -54,7 +54,7 @@ class MainProcessOutput(Rule):
         statement = self.q.statement_of(node)
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return
-        if self._ranks().rank_condition(node) is not None:
+        if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None:
             return
         self.ctx.plan.group([statement], self._guarded)
         self.report(node, "change", "image written by the main process only (under `if dp.is_main_process():`)")
@@ -66,8 +66,3 @@ class MainProcessOutput(Rule):
             body=cst.IndentedBlock(body=[first.with_changes(leading_lines=())]),
             leading_lines=first.leading_lines,
         )
-
-    def _ranks(self) -> RankAnalysis:
-        if "ranks" not in self.ctx.facts:
-            self.ctx.facts["ranks"] = RankAnalysis(self.q)
-        return self.ctx.facts["ranks"]

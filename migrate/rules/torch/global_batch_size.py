@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ._base import Rule
+from ...codemod.loaders import LoaderFlow
+from ...codemod.rule import Rule
 
 
 class GlobalBatchSize(Rule):
@@ -27,7 +28,7 @@ class GlobalBatchSize(Rule):
     def finish(self) -> None:
         if self.ctx.options.batch != "global":
             return
-        for call in self.ctx.facts.get("training_loaders", ()):
+        for call in (loader.call for loader in self.ctx.analysis(LoaderFlow).sharded_training()):
             sites = self._batch_sizes(call)
             if not sites:
                 self.report(

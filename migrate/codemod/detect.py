@@ -2,9 +2,12 @@
 
 Decided from imports and uses by qualified name, never from words in comments or strings: ``from
 torch import distributed as d`` is as distributed as ``import torch.distributed``. A file is
-converted only when it is plain single-process PyTorch; anything else is left byte-identical and the
-engine reports why (a converted file, a hand-written DDP script, Hogwild-style multiprocessing, a
-framework not supported yet, or two frameworks in one file, which is never half-converted).
+converted only when it uses exactly one framework, that framework has rules (see the registry,
+``dpmigrate.frameworks``), and the file is plain single-process code; anything else is left
+byte-identical and the engine reports why (a converted file, a script written for data parallelism
+by hand, one that starts its own processes, a framework without rules yet, or two frameworks in one
+file, which is never half-converted). What "by hand" and "its own processes" mean is each
+framework's :class:`~.vocabulary.Vocabulary`.
 """
 
 from __future__ import annotations
@@ -15,44 +18,11 @@ from typing import Literal
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .rules._index import TreeIndex
-from .frameworks import FRAMEWORK_OF_PACKAGE
+from ..frameworks import REGISTRY, Framework, framework_of_package
+from .index import TreeIndex
+from .vocabulary import Vocabulary, matches
 
 Status = Literal["convert", "converted", "hand-distributed", "multiprocessing", "mixed", "unsupported", "none"]
-
-FRAMEWORK_ROOTS = FRAMEWORK_OF_PACKAGE
-SUPPORTED = {"torch"}
-
-_DISTRIBUTED = (
-    "torch.distributed",
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-    "torch.utils.data.DistributedSampler",
-    "torch.utils.data.distributed.DistributedSampler",
-)
-_MULTIPROCESSING = tuple(  # what starts processes, not e.g. set_sharing_strategy
-    f"torch.multiprocessing.{n}" for n in ("Process", "spawn", "start_processes", "Pool", "get_context")
-)
-
-_GENERATIONS = {  # qualified-name prefix -> generation, first match wins (most specific first)
-    "tensorflow": (
-        ("tensorflow.keras.utils.multi_gpu_model", "keras-multi-gpu"),
-        ("keras.utils.multi_gpu_model", "keras-multi-gpu"),
-        ("tensorflow.compat.v1", "tf1-graph"),
-        ("tensorflow.Session", "tf1-graph"),
-        ("tensorflow.placeholder", "tf1-graph"),
-        ("tensorflow.GradientTape", "tf2-custom-loop"),
-        ("tensorflow.keras", "tf2-keras"),
-        ("keras", "tf2-keras"),
-    ),
-    "paddle": (
-        ("paddle.fluid", "fluid"),
-        ("paddle.static", "static"),
-        ("paddle.enable_static", "static"),
-    ),
-}
-_DEFAULT_GENERATION = {"torch": "eager", "tensorflow": "tf2", "paddle": "dygraph"}
-
 
 @dataclasses.dataclass(frozen=True)
 class Detection:
@@ -93,39 +63,37 @@ def detect(wrapper: MetadataWrapper, index: TreeIndex | None = None) -> Detectio
             **where(first),
         )
     framework = frameworks[0]
-    generation = _generation(framework, found.qualified)
-    if framework not in SUPPORTED:
+    rule_set = REGISTRY[framework].rule_set()
+    vocabulary: Vocabulary = rule_set.VOCABULARY
+    generation = vocabulary.generation(found.qualified)
+    if not rule_set.RULES:
+        converted = [r.VOCABULARY.display_name for r in map(Framework.rule_set, REGISTRY.values()) if r.RULES]
         return Detection(
             "unsupported", framework, generation, frameworks,
-            reason=f"{framework} ({generation}) is not supported yet; only PyTorch files are converted",
+            reason=f"{vocabulary.display_name} ({generation}) is not supported yet; only "
+            f"{' and '.join(converted)} files are converted",
             **where(found.frameworks[framework]),
         )
-    if found.distributed is not None:
+    distributed = found.first(vocabulary.distributed_prefixes, ())
+    if distributed is not None:
         return Detection(
             "hand-distributed", framework, generation, frameworks,
-            reason="already uses torch.distributed / DistributedDataParallel / DistributedSampler: "
+            reason=f"already uses {vocabulary.distributed_description}: "
             "written for data parallelism by hand; left unchanged",
-            **where(found.distributed),
+            **where(distributed),
         )
-    if found.multiprocessing is not None:
+    processes = found.first(vocabulary.multiprocessing_prefixes, vocabulary.multiprocessing_methods)
+    if processes is not None:
         return Detection(
             "multiprocessing", framework, generation, frameworks,
-            reason="starts its own processes with torch.multiprocessing (Hogwild-style training); "
-            "left unchanged",
-            **where(found.multiprocessing),
+            reason=f"starts its own processes with {vocabulary.multiprocessing_description}; left unchanged",
+            **where(processes),
         )
     return Detection("convert", framework, generation, frameworks, **where(found.frameworks[framework]))
 
 
 def _single(frameworks: tuple[str, ...]) -> str | None:
     return frameworks[0] if len(frameworks) == 1 else None
-
-
-def _generation(framework: str, qualified: set[str]) -> str:
-    for prefix, generation in _GENERATIONS.get(framework, ()):
-        if any(q == prefix or q.startswith(prefix + ".") for q in qualified):
-            return generation
-    return _DEFAULT_GENERATION[framework]
 
 
 def _position(wrapper: MetadataWrapper, node: cst.CSTNode) -> dict[str, int]:
@@ -141,12 +109,8 @@ def _dotted(node: cst.BaseExpression | None) -> str:
     return ""
 
 
-def _matches(name: str, prefixes: tuple[str, ...]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in prefixes)
-
-
 class _Uses(cst.CSTVisitor):
-    """Collects the first import of each framework and the first distributed/multiprocessing use."""
+    """Collects the first import of each framework, and every qualified name and method call in order."""
 
     def __init__(self, index: TreeIndex) -> None:
         super().__init__()
@@ -154,13 +118,19 @@ class _Uses(cst.CSTVisitor):
         self.frameworks: dict[str, cst.CSTNode] = {}
         self.qualified: set[str] = set()
         self.runtime: cst.CSTNode | None = None
-        self.distributed: cst.CSTNode | None = None
-        self.multiprocessing: cst.CSTNode | None = None
+        self._uses: list[tuple[cst.CSTNode, str, str]] = []  # (node, "name" | "method", what), in order
+
+    def first(self, prefixes: tuple[str, ...], methods: tuple[str, ...]) -> cst.CSTNode | None:
+        """The first node using a name under ``prefixes`` or calling a method in ``methods``."""
+        for node, kind, what in self._uses:
+            if (kind == "name" and matches(what, prefixes)) or (kind == "method" and what in methods):
+                return node
+        return None
 
     def _imported(self, node: cst.CSTNode, module: str, names: list[str]) -> None:
-        root = module.split(".")[0]
-        if root in FRAMEWORK_ROOTS:
-            self.frameworks.setdefault(FRAMEWORK_ROOTS[root], node)
+        framework = framework_of_package(module.split(".")[0])
+        if framework is not None:
+            self.frameworks.setdefault(framework, node)
         if module == "dpmigrate.runtime" or module.startswith("dpmigrate.runtime."):
             self.runtime = self.runtime or node
         for full in [module, *(f"{module}.{n}" for n in names)]:
@@ -168,10 +138,7 @@ class _Uses(cst.CSTVisitor):
 
     def _used(self, node: cst.CSTNode, name: str) -> None:
         self.qualified.add(name)
-        if self.distributed is None and _matches(name, _DISTRIBUTED):
-            self.distributed = node
-        if self.multiprocessing is None and _matches(name, _MULTIPROCESSING):
-            self.multiprocessing = node
+        self._uses.append((node, "name", name))
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -190,9 +157,8 @@ class _Uses(cst.CSTVisitor):
             self._used(node, qualified)
 
     def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "share_memory":  # Hogwild's shared model
-            self.multiprocessing = self.multiprocessing or node
+        if isinstance(node.func, cst.Attribute):
+            self._uses.append((node, "method", node.func.attr.value))
 
     def visit_Name(self, node: cst.Name) -> None:
         for qualified in self.index.qualified_names(node):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ._base import Rule
+from ...codemod.rule import Rule
 
 _DOWNLOAD = m.Call(args=[m.ZeroOrMore(), m.Arg(m.Name("True"), keyword=m.Name("download")), m.ZeroOrMore()])
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ._base import Rule
-from ._rank import RankAnalysis
+from ...codemod.ranks import RankAnalysis
+from ...codemod.rule import Rule
+from ._models import Models
 
 
 class DistributedSave(Rule):
@@ -29,9 +30,9 @@ class DistributedSave(Rule):
     name = "distributed-save"
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.q.is_call_to(node, {"torch.save"}):
+        if not self.q.is_call_to(node, self.vocabulary.save_calls):
             return
-        guard = self._ranks().rank_condition(node)
+        guard = self.ctx.analysis(RankAnalysis).rank_condition(node)
         if guard is not None:
             self.report(
                 node, "declined",
@@ -41,7 +42,7 @@ class DistributedSave(Rule):
             )
             return
         saved = node.args[0].value if node.args else None
-        if isinstance(saved, cst.Name) and saved.value in self.ctx.facts.get("models", ()):
+        if isinstance(saved, cst.Name) and saved.value in self.ctx.analysis(Models).wrapped:
             self.report(
                 node, "declined",
                 f"torch.save({saved.value}, ...) pickles the whole model object, which is the DDP wrapper once "
@@ -58,8 +59,7 @@ class DistributedSave(Rule):
                     "(every rank must reach this line)")
 
     def _dp_save(self) -> cst.Attribute:
-        self.ctx.plan.needs_runtime_import = True
-        return cst.Attribute(cst.Name(self.ctx.alias), cst.Name("save"))
+        return self.dp_attribute("save")
 
     def _opened_file(self, node: cst.Call):
         """``with open(path, "wb") as f: torch.save(obj, f)``: (the with statement, path), else None."""
@@ -99,8 +99,3 @@ class DistributedSave(Rule):
         self.ctx.plan.replace(with_statement, rewrite)
         self.report(node, "change", f"with open(...) as f: torch.save(obj, f) -> dp.save(obj, {self.code(path)}): "
                     "rank 0 writes atomically, then all ranks meet")
-
-    def _ranks(self) -> RankAnalysis:
-        if "ranks" not in self.ctx.facts:
-            self.ctx.facts["ranks"] = RankAnalysis(self.q)
-        return self.ctx.facts["ranks"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ._base import Rule
+from ...codemod.rule import Rule
 
 _EXITS = {"sys.exit", "builtins.exit", "builtins.quit", "os._exit"}
 
@@ -30,9 +30,7 @@ class MainProcessPrint(Rule):
             return
         if any(a.keyword is not None and a.keyword.value == "file" for a in node.args) or self._before_exit(node):
             return
-        self.ctx.plan.replace(node, lambda updated: updated.with_changes(
-            func=cst.Attribute(cst.Name(self.ctx.alias), cst.Name("print"))))
-        self.ctx.plan.needs_runtime_import = True
+        self.ctx.plan.replace(node, lambda updated: updated.with_changes(func=self.dp_attribute("print")))
         self.report(node, "change", "print -> dp.print: printed once, by the main process")
 
     def _before_exit(self, node: cst.Call) -> bool:

@@ -1,0 +1,78 @@
+"""What the engine and the shared rules need to know of a framework's API, as plain data.
+
+Why: the engine, the analyses and the rules written once for every framework (printing, logging,
+downloads, init placement, rank divergence) must never name a framework's API themselves. Each
+framework's rule package (``dpmigrate.rules.<framework>``) declares one :class:`Vocabulary`, and
+the registry (``dpmigrate.frameworks``) hands it to the engine with the framework's rules.
+
+Names are qualified names, as libcst's ``QualifiedNameProvider`` gives them (``torch.optim.SGD``);
+a ``*_prefixes`` field matches a name equal to a prefix or starting with ``prefix + "."``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+# The contract's names that every rank must reach, in every backend (see dpmigrate.runtime).
+RUNTIME_COLLECTIVES = (
+    "all_reduce", "all_gather", "broadcast", "barrier", "save", "main_process_first", "distributed_model",
+)
+RUNTIME_RANK_CALLS = ("rank", "local_rank", "is_main_process", "role")
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocabulary:
+    """One framework's API, as the codemod reads it."""
+
+    framework: str  # "torch"
+    display_name: str  # "PyTorch", for reports
+    runtime_module: str  # "dpmigrate.runtime.torch": what converted files import
+    default_generation: str  # "eager"
+    generations: tuple[tuple[str, str], ...] = ()  # (qualified-name prefix, generation), first match wins
+    # --- files left alone: written for data parallelism by hand, or starting processes themselves
+    distributed_prefixes: tuple[str, ...] = ()
+    distributed_description: str = ""  # "torch.distributed / DistributedDataParallel / DistributedSampler"
+    multiprocessing_prefixes: tuple[str, ...] = ()
+    multiprocessing_methods: tuple[str, ...] = ()  # methods whose call marks it too (``model.share_memory()``)
+    multiprocessing_description: str = ""
+    # --- what training looks like
+    backward_methods: tuple[str, ...] = ()  # ``loss.backward()``
+    optimizer_step_methods: tuple[str, ...] = ()  # ``optimizer.step()`` on a name that says "optim"
+    data_loaders: frozenset[str] = frozenset()  # loader classes whose loops are followed
+    optimizer_prefix: str = ""  # optimizers are classes under this module ("torch.optim.")
+    not_optimizer_prefixes: tuple[str, ...] = ()  # schedulers and base classes under it
+    parameter_methods: tuple[str, ...] = ()  # ``model.parameters()``: what an optimizer is given
+    save_calls: frozenset[str] = frozenset()  # ``torch.save``
+    image_writers: frozenset[str] = frozenset()  # sample images written by every rank otherwise
+    # --- rank-awareness
+    rank_calls: frozenset[str] = frozenset()  # the framework's own ``get_rank()``...
+    collectives: frozenset[str] = frozenset()  # the framework's calls every rank must reach
+    collective_aliases: tuple[tuple[str, str], ...] = ()  # (prefix, short form) for messages
+
+    @property
+    def all_rank_calls(self) -> frozenset[str]:
+        """The framework's rank queries and the runtime's own."""
+        return self.rank_calls | {f"{self.runtime_module}.{n}" for n in RUNTIME_RANK_CALLS}
+
+    @property
+    def all_collectives(self) -> frozenset[str]:
+        """The framework's collectives and the runtime's own (``dp.save`` is a meeting point)."""
+        return self.collectives | {f"{self.runtime_module}.{n}" for n in RUNTIME_COLLECTIVES}
+
+    def short_name(self, qualified: str) -> str:
+        """``dist.all_reduce`` for ``torch.distributed.all_reduce``, ``dp.save`` for the runtime's."""
+        for prefix, short in ((f"{self.runtime_module}.", "dp."), *self.collective_aliases):
+            if qualified.startswith(prefix):
+                return short + qualified[len(prefix):]
+        return qualified
+
+    def generation(self, qualified: set[str]) -> str:
+        for prefix, generation in self.generations:
+            if any(matches(q, (prefix,)) for q in qualified):
+                return generation
+        return self.default_generation
+
+
+def matches(name: str, prefixes: tuple[str, ...]) -> bool:
+    """``name`` is one of ``prefixes`` or inside one of them (``torch.distributed.all_reduce``)."""
+    return any(name == p or name.startswith(p + ".") for p in prefixes)

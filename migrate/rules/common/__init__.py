@@ -1,0 +1,18 @@
+"""Rules that are one idea in every framework, parametrized by the framework's vocabulary.
+
+Printing, logging and other output from the main process only, downloads on the main process
+first, ``dp.init()`` at the entry point, and the rank-divergence check. A framework's rule package
+lists the ones it runs, in its own order, beside its own rules.
+"""
+
+from .download_main_process_first import DownloadMainProcessFirst
+from .init_runtime import InitRuntime
+from .main_process_logging import MainProcessLogging
+from .main_process_output import MainProcessOutput
+from .main_process_print import MainProcessPrint
+from .rank_divergence import RankDivergence
+
+__all__ = [
+    "DownloadMainProcessFirst", "InitRuntime", "MainProcessLogging", "MainProcessOutput", "MainProcessPrint",
+    "RankDivergence",
+]

@@ -1,0 +1,87 @@
+"""PyTorch: its vocabulary and its conversion rules, in the order the engine runs them.
+
+Order matters only for reading the converted file and the report (every rule reads the original
+tree; see ``dpmigrate.codemod.plan``): init -> device -> model -> optimizer -> data -> saving,
+printing, logging -> checks. The rules shared with every framework live in ``rules/common`` and
+read this file's :data:`VOCABULARY`. To add a rule: write a module with one ``Rule`` subclass (a
+kebab-case ``name`` and a docstring saying what, why, an example and what it leaves alone) and list
+it here.
+"""
+
+from __future__ import annotations
+
+from ...codemod.vocabulary import Vocabulary
+from ..common import (
+    DownloadMainProcessFirst, InitRuntime, MainProcessLogging, MainProcessOutput, MainProcessPrint, RankDivergence,
+)
+from .distributed_model import DistributedModel
+from .distributed_optimizer import DistributedOptimizer
+from .distributed_save import DistributedSave
+from .evaluation_loader import EvaluationLoader
+from .global_batch_size import GlobalBatchSize
+from .manual_batching import ManualBatching
+from .rank_device import RankDevice
+from .replace_data_parallel import ReplaceDataParallel
+from .shard_training_loader import ShardTrainingLoader
+from .training_averages import TrainingAverages
+
+_DISTRIBUTED = "torch.distributed"
+
+VOCABULARY = Vocabulary(
+    framework="torch",
+    display_name="PyTorch",
+    runtime_module="dpmigrate.runtime.torch",
+    default_generation="eager",
+    distributed_prefixes=(
+        _DISTRIBUTED,
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+        "torch.utils.data.DistributedSampler",
+        "torch.utils.data.distributed.DistributedSampler",
+    ),
+    distributed_description="torch.distributed / DistributedDataParallel / DistributedSampler",
+    multiprocessing_prefixes=tuple(  # what starts processes, not e.g. set_sharing_strategy
+        f"torch.multiprocessing.{n}" for n in ("Process", "spawn", "start_processes", "Pool", "get_context")
+    ),
+    multiprocessing_methods=("share_memory",),  # Hogwild's shared model
+    multiprocessing_description="torch.multiprocessing (Hogwild-style training)",
+    backward_methods=("backward",),
+    optimizer_step_methods=("step",),
+    data_loaders=frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}),
+    optimizer_prefix="torch.optim.",
+    not_optimizer_prefixes=("torch.optim.lr_scheduler", "torch.optim.swa_utils", "torch.optim.Optimizer"),
+    parameter_methods=("parameters", "named_parameters"),
+    save_calls=frozenset({"torch.save"}),
+    image_writers=frozenset({"torchvision.utils.save_image"}),
+    rank_calls=frozenset({f"{_DISTRIBUTED}.get_rank", f"{_DISTRIBUTED}.get_node_local_rank"}),
+    collectives=frozenset({
+        *(f"{_DISTRIBUTED}.{n}" for n in (
+            "all_reduce", "reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "gather",
+            "gather_object", "scatter", "scatter_object_list", "broadcast", "broadcast_object_list", "barrier",
+            "monitored_barrier", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+            "new_group",
+        )),
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+    }),
+    collective_aliases=((f"{_DISTRIBUTED}.", "dist."),),
+)
+
+RULES = (
+    InitRuntime,
+    RankDevice,
+    ReplaceDataParallel,
+    DistributedModel,
+    DistributedOptimizer,
+    ShardTrainingLoader,
+    EvaluationLoader,
+    TrainingAverages,
+    GlobalBatchSize,
+    ManualBatching,
+    DownloadMainProcessFirst,
+    DistributedSave,
+    MainProcessPrint,
+    MainProcessLogging,
+    MainProcessOutput,
+    RankDivergence,
+)

@@ -1,0 +1,52 @@
+"""Wrap each trained model in DDP once it is built, on its device, and initialised."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ...codemod.rule import Rule
+from ._models import Models
+
+
+class DistributedModel(Rule):
+    """Insert ``model = dp.distributed_model(model)`` after the model's last set-up statement.
+
+    Why: DDP averages the gradients of all ranks during ``backward()``; without it every rank trains
+    its own model. It must see the model on its device (after ``.to(device)``) and after the
+    script's own initialisation (``apply(weights_init)``, ``load_state_dict``), since it broadcasts
+    rank 0's weights when it is built.
+    Example:  model = Net().to(device)          model = Net().to(device)
+              optimizer = optim.SGD(...)   ->   model = dp.distributed_model(model)
+                                                optimizer = optim.SGD(...)
+    A model is what an optimizer (``torch.optim.*``, by qualified name, or the script's own class)
+    takes the parameters of, or whose ``.parameters()`` a training function updates by hand. The insertion goes after the last
+    statement that assigns the model or calls one of its methods, before the first loop or
+    training call of the block that builds it.
+    Leaves alone: a model built in another function than the one that uses it, or held in an
+    attribute (``self.model``): declined, wrap it where it is built.
+    """
+
+    name = "distributed-model"
+
+    def finish(self) -> None:
+        for found in self.ctx.analysis(Models).sites:
+            name, site = found.name, found.site
+            if found.verdict == "attribute":
+                self.report(
+                    site, "declined",
+                    "the model is held in an attribute (self....): cannot tell where it is built and placed",
+                    "where it is assigned and moved to its device, add `self.model = dp.distributed_model(self.model)`",
+                )
+            elif found.verdict == "elsewhere":
+                self.report(
+                    site, "declined",
+                    f"`{name}` is built outside the function that trains it; cannot tell where to wrap it",
+                    f"where `{name}` is built and moved to its device, add `{name} = dp.distributed_model({name})`",
+                )
+            else:
+                self.ctx.plan.insert_after(found.anchor, self.statement(f"{name} = {{dp}}.distributed_model({name})\n"))
+                self.report(
+                    found.anchor, "change",
+                    f"{name} = dp.distributed_model({name}) after its set-up: DDP averages gradients across ranks",
+                )

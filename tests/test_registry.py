@@ -1,0 +1,85 @@
+"""The registry is the only place that ties a framework to the engine: a new framework is a folder
+of rules plus one entry, and no engine change (the toy framework in ``toy_rules/``)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dpmigrate.codemod.engine import convert
+from dpmigrate.findings import Options
+from dpmigrate.frameworks import REGISTRY, Framework, framework_of_package
+
+TOY_SCRIPT = textwrap.dedent('''\
+    import toyfw
+    from toyfw import save as store
+
+    net = toyfw.Net()
+    for step in range(3):
+        net.loss().learn()
+        print("step", step)
+    store(net.weights(), "net.toy")
+''')
+
+CONVERTED = textwrap.dedent('''\
+    import toyfw
+    from toyfw import save as store
+    import dpmigrate.runtime.toyfw as dp
+
+    dp.init()
+    net = toyfw.Net()
+    for step in range(3):
+        net.loss().learn()
+        dp.print("step", step)
+    dp.save(net.weights(), "net.toy")
+''')
+
+
+@pytest.fixture
+def toy_framework(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.setitem(REGISTRY, "toyfw", Framework("toyfw", ("toyfw",), "toy_rules"))
+    yield
+    sys.modules.pop("toy_rules", None)
+    sys.modules.pop("toy_rules.toy_save", None)
+
+
+def test_a_framework_added_through_the_registry_alone_is_converted_by_its_rules(toy_framework):
+    result = convert(TOY_SCRIPT.encode(), "toy.py", Options())
+    assert result.framework == "toyfw" and result.generation == "toy1"
+    assert result.output.decode() == CONVERTED
+    assert [(f.rule, f.severity) for f in result.findings] == [
+        ("init-runtime", "change"), ("main-process-print", "change"), ("toy-save", "change"),
+    ]
+
+
+def test_the_toy_frameworks_vocabulary_drives_detection_and_the_shared_checks(toy_framework):
+    by_hand = convert(b"import toyfw.cluster\ntoyfw.cluster.sync()\n", "hand.py", Options())
+    assert by_hand.output == b"import toyfw.cluster\ntoyfw.cluster.sync()\n"
+    assert "written for data parallelism by hand" in by_hand.findings[0].message
+    divergent = convert(textwrap.dedent('''\
+        import toyfw
+        import toyfw.cluster
+        if toyfw.cluster.whoami() == 0:
+            toyfw.cluster.sync()
+    ''').encode(), "d.py", Options())
+    assert [(f.rule, f.severity, f.line) for f in divergent.findings if f.severity == "error"] == [
+        ("rank-divergent-code", "error", 4)]
+
+
+def test_the_registry_knows_which_packages_mean_which_framework():
+    assert framework_of_package("torchvision") == "torch"
+    assert framework_of_package("keras") == "tensorflow"
+    assert framework_of_package("paddle") == "paddle"
+    assert framework_of_package("numpy") is None
+
+
+def test_a_framework_without_rules_is_detected_and_left_alone():
+    source = b"import paddle\npaddle.enable_static()\n"
+    result = convert(source, "p.py", Options())
+    assert result.output == source
+    assert result.generation == "static"
+    assert "PaddlePaddle (static) is not supported yet" in result.findings[0].message
