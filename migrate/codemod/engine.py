@@ -15,6 +15,8 @@ why; the rules that only check (rank-divergent code) still run on such files of 
 
 from __future__ import annotations
 
+import itertools
+
 import libcst
 import libcst.matchers
 from libcst.codemod import CodemodContext
@@ -147,10 +149,11 @@ def _add_runtime_import(module: libcst.Module, runtime: str, alias: str | None) 
     stand_ins = {i: s for i, s in enumerate(head) if not libcst.matchers.matches(s, _IMPORT_OR_FIRST_LINE)}
     context = CodemodContext()
     AddImportsVisitor.add_needed_import(context, runtime, asname=alias)
-    top = AddImportsVisitor(context).transform_module(module.with_changes(body=[
-        libcst.SimpleStatementLine([libcst.Pass()], leading_lines=s.leading_lines) if i in stand_ins else s
-        for i, s in enumerate(head)
-    ]))
+    top = AddImportsVisitor(context).transform_module(module.with_changes(
+        body=[libcst.SimpleStatementLine([libcst.Pass()], leading_lines=s.leading_lines) if i in stand_ins else s
+              for i, s in enumerate(head)],
+        default_indent="    ",  # the visitor parses its import with the module's indent, which may hold a form feed
+    )).with_changes(default_indent=module.default_indent)
     new_head = list(top.body)
     for i, original in stand_ins.items():  # the visitor only inserts, before these: count from the end
         position = len(new_head) - (len(head) - i)
@@ -159,5 +162,7 @@ def _add_runtime_import(module: libcst.Module, runtime: str, alias: str | None) 
 
 
 def _free_alias(query: Query) -> str:
+    """``dp``, or the first of ``dpr``, ``dp_runtime``, ``dp_runtime2``... the file does not use."""
     used = query.names_in(query.module)
-    return next((a for a in _ALIASES if a not in used), _ALIASES[-1])
+    candidates = itertools.chain(_ALIASES, (f"{_ALIASES[-1]}{n}" for n in itertools.count(2)))
+    return next(a for a in candidates if a not in used)

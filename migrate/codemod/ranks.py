@@ -60,14 +60,31 @@ class RankAnalysis:
                 return True
         return False
 
-    def rank_condition(self, node: cst.CSTNode) -> cst.If | None:
-        """The innermost ``if`` with a rank-dependent test that ``node`` is in (body or else)."""
+    def rank_condition(self, node: cst.CSTNode) -> cst.If | cst.IfExp | cst.BooleanOperation | None:
+        """The innermost rank-dependent condition ``node`` runs under, or None.
+
+        ``if rank == 0: node`` (body or else), ``a if rank == 0 else node``, and the short circuit
+        ``rank == 0 and node`` / ``rank != 0 or node`` (the right side runs on some ranks only).
+        """
+        index = self.q.index
         for ancestor in self.q.ancestors(node):
             if isinstance(ancestor, cst.FunctionDef):
                 return None
-            if isinstance(ancestor, cst.If) and not self.q.index.contains(ancestor.test, node) and self.depends_on_rank(ancestor.test):
-                return ancestor
+            if isinstance(ancestor, (cst.If, cst.IfExp)):
+                if not index.contains(ancestor.test, node) and self.depends_on_rank(ancestor.test):
+                    return ancestor
+            elif isinstance(ancestor, cst.BooleanOperation):
+                if index.contains(ancestor.right, node) and self.depends_on_rank(ancestor.left):
+                    return ancestor
         return None
+
+    def condition_code(self, condition: cst.CSTNode) -> cst.CSTNode:
+        """The part of a condition found by :meth:`rank_condition` that tests the rank."""
+        return condition.left if isinstance(condition, cst.BooleanOperation) else condition.test
+
+    def has_collective(self, node: cst.CSTNode) -> bool:
+        """``node`` calls a collective, directly or through one of the script's functions."""
+        return any(self.collective(call) for call in self.q.findall(node, m.Call()))
 
     def collective(self, call: cst.Call) -> str | None:
         """What the call is, when every rank must reach it (directly or inside a function it calls)."""

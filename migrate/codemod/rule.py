@@ -52,7 +52,13 @@ class Context:
         return self._analyses[kind]
 
     def config(self) -> cst.PartialParserConfig:
-        return self.module.config_for_parsing
+        """The file's newline and indentation for new code (a form feed in an indent is layout only)."""
+        indent = self.module.default_indent.replace("\f", "") or "    "
+        if indent.strip(" \t"):
+            indent = "    "
+        return cst.PartialParserConfig(
+            encoding=self.module.encoding, default_indent=indent, default_newline=self.module.default_newline,
+        )
 
 
 class Rule(cst.CSTVisitor):

@@ -10,12 +10,14 @@ from ...codemod.rule import Rule
 
 
 class RankDivergence(Rule):
-    """Report collectives under a rank condition, and early exits from a training loop on one rank.
+    """Report collectives under a rank condition, and early exits on one rank from a loop that syncs.
 
     Why: a collective (``dist.all_reduce``, ``barrier``, ``dp.all_reduce``, ``dp.save``, DDP's
     gradient all-reduce) completes only when every rank calls it. Under ``if rank == 0:`` the
     other ranks never arrive and the job hangs until the timeout; a ``break`` or ``return`` on one
-    rank inside the training loop leaves the others waiting for its gradients.
+    rank inside the training loop (or a loop that calls a collective) leaves the others waiting.
+    A rank condition is an ``if``, a conditional expression, or the left side of ``and``/``or``
+    (``dp.rank() == 0 and dp.barrier()``).
     Example (error):  if dp.is_main_process():
                           dp.save(model.state_dict(), path)   # dp.save already writes on rank 0 only
     Reported as errors even in files that are otherwise left unchanged (converted ones, scripts
@@ -35,18 +37,24 @@ class RankDivergence(Rule):
                 self._collective(call, what, guard)
         for exit_ in self.q.findall(self.ctx.module, m.Break() | m.Return()):
             guard = ranks.rank_condition(exit_)
-            loop = self._training_loop(exit_)
-            if guard is not None and loop is not None and self._inside(guard, loop):
-                word = "break" if isinstance(exit_, cst.Break) else "return"
-                self.report(
-                    exit_, "error",
-                    f"`{word}` under a rank condition (`if {self.code(guard.test)}:`) inside a training loop: "
-                    "this rank stops while the others wait for its gradients (hang)",
-                    "decide on every rank, e.g. stop = dp.all_reduce(int(condition), op=\"max\") and test `stop`",
-                )
+            loop = self._loop(exit_)
+            if guard is None or loop is None or not self._inside(guard, loop):
+                continue
+            if self.q.trains(loop.body):
+                waits = "inside a training loop: this rank stops while the others wait for its gradients (hang)"
+            elif ranks.has_collective(loop.body):
+                waits = "inside a loop that calls a collective: the other ranks wait for this rank in it (hang)"
+            else:
+                continue  # a loop with no collective: ranks leaving it early meet again after it
+            word = "break" if isinstance(exit_, cst.Break) else "return"
+            self.report(
+                exit_, "error",
+                f"`{word}` under a rank condition (`{self.code(ranks.condition_code(guard))}`) {waits}",
+                "decide on every rank, e.g. stop = dp.all_reduce(int(condition), op=\"max\") and test `stop`",
+            )
 
-    def _collective(self, call: cst.Call, what: str, guard: cst.If) -> None:
-        condition = self.code(guard.test)
+    def _collective(self, call: cst.Call, what: str, guard: cst.CSTNode) -> None:
+        condition = self.code(self.ctx.analysis(RankAnalysis).condition_code(guard))
         if what == "dp.save":
             fix = "dp.save already writes on rank 0 only: call it on every rank, outside the condition"
         elif what.startswith("dp.main_process_first"):
@@ -55,17 +63,18 @@ class RankDivergence(Rule):
             fix = "call it on every rank, outside the condition (compute the value on all ranks)"
         self.report(
             call, "error",
-            f"{what} is a collective every rank must reach, but it is under `if {condition}:`: "
+            f"{what} is a collective every rank must reach, but it runs only when `{condition}`: "
             "the other ranks never call it and the job hangs",
             fix,
         )
 
-    def _training_loop(self, node: cst.CSTNode) -> cst.CSTNode | None:
+    def _loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
+        """The innermost loop ``node`` is in, within its function."""
         for ancestor in self.q.ancestors(node):
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 return None
             if isinstance(ancestor, (cst.For, cst.While)):
-                return ancestor if self.q.trains(ancestor.body) else None
+                return ancestor
         return None
 
     def _inside(self, inner: cst.CSTNode, outer: cst.CSTNode) -> bool:

@@ -90,8 +90,8 @@ class Models:
             if isinstance(statement, (cst.For, cst.While)) or self.q.trains(statement):
                 stop = index
                 break
-        anchor = max(i for i in range(created, stop) if _sets_up(self.q, statements[i], name))
-        return statements[anchor]
+        set_up = [i for i in range(created, stop) if _sets_up(self.q, statements[i], name)]
+        return statements[max(set_up, default=created)]
 
 
 def _sets_up(query: Query, statement: cst.CSTNode, name: str) -> bool:
@@ -116,6 +116,9 @@ class _SetUpFinder(cst.CSTVisitor):
         return False
 
     def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.found = self.found or self.name in target_names(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:  # model: nn.Module = Net()
         self.found = self.found or self.name in target_names(node.target)
 
     def visit_Call(self, node: cst.Call) -> None:

@@ -32,16 +32,18 @@ class DistributedSave(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if not self.q.is_call_to(node, self.vocabulary.save_calls):
             return
-        guard = self.ctx.analysis(RankAnalysis).rank_condition(node)
+        ranks = self.ctx.analysis(RankAnalysis)
+        guard = ranks.rank_condition(node)
         if guard is not None:
             self.report(
                 node, "declined",
-                f"torch.save is already under a rank condition (`if {self.code(guard.test)}:`); dp.save must be "
+                f"torch.save is already under a rank condition (`{self.code(ranks.condition_code(guard))}`); dp.save must be "
                 "reached by every rank, so this one is left as it is",
                 "keep it (only that rank writes, not atomically), or call dp.save(...) on every rank without the condition",
             )
             return
-        saved = node.args[0].value if node.args else None
+        saved_arg = _argument(node, 0, "obj")
+        saved = saved_arg.value if saved_arg is not None else None
         if isinstance(saved, cst.Name) and saved.value in self.ctx.analysis(Models).wrapped:
             self.report(
                 node, "declined",
@@ -63,13 +65,15 @@ class DistributedSave(Rule):
 
     def _opened_file(self, node: cst.Call):
         """``with open(path, "wb") as f: torch.save(obj, f)``: (the with statement, path), else None."""
-        if len(node.args) < 2 or not isinstance(node.args[1].value, cst.Name):
+        file_arg = _argument(node, 1, "f")
+        if file_arg is None or not isinstance(file_arg.value, cst.Name):
             return None
-        handle = node.args[1].value.value
+        handle = file_arg.value.value
         for ancestor in self.q.ancestors(node):
             if isinstance(ancestor, cst.With):
                 for item in ancestor.items:
-                    if m.matches(item, m.WithItem(m.Call(func=m.Name("open")), asname=m.AsName(m.Name(handle)))):
+                    if m.matches(item, m.WithItem(m.Call(func=m.Name("open"), args=[m.Arg(keyword=None), m.ZeroOrMore()]),
+                                                  asname=m.AsName(m.Name(handle)))):
                         return ancestor, item.item.args[0].value
         return None
 
@@ -91,11 +95,21 @@ class DistributedSave(Rule):
             return
 
         def rewrite(updated: cst.With) -> cst.SimpleStatementLine:
-            saved = updated.body.body[0].body[0].value.args[0]
+            save = updated.body.body[0].body[0].value
+            handle = _argument(save, 1, "f")
             target = updated.items[0].item.args[0].value
-            call = cst.Call(self._dp_save(), args=[saved.with_changes(comma=cst.MaybeSentinel.DEFAULT), cst.Arg(target)])
+            args = [a.with_changes(value=target) if a is handle else a for a in save.args]  # other arguments kept
+            call = save.with_changes(func=self._dp_save(), args=args)
             return cst.SimpleStatementLine([cst.Expr(call)], leading_lines=updated.leading_lines)
 
         self.ctx.plan.replace(with_statement, rewrite)
         self.report(node, "change", f"with open(...) as f: torch.save(obj, f) -> dp.save(obj, {self.code(path)}): "
                     "rank 0 writes atomically, then all ranks meet")
+
+
+def _argument(call: cst.Call, position: int, keyword: str) -> cst.Arg | None:
+    """The argument given at ``position`` (positionally) or as ``keyword=``, else None."""
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if len(positional) > position:
+        return positional[position]
+    return next((a for a in call.args if a.keyword is not None and a.keyword.value == keyword), None)
