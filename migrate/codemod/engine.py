@@ -15,7 +15,9 @@ why; the rules that only check (rank-divergent code) still run on such files of 
 
 from __future__ import annotations
 
+import ast
 import itertools
+import sys
 
 import libcst
 import libcst.matchers
@@ -38,12 +40,30 @@ _IMPORT_OR_FIRST_LINE = _IMPORT_LINE | libcst.matchers.SimpleStatementLine(body=
 ])
 _ALIASES = ("dp", "dpr", "dp_runtime")
 DETECT_RULE = "detect-framework"
+_RECURSION_LIMIT = 30_000  # Python frames; a level of nesting costs libcst about ten
 
 
 def convert(source: bytes, path: str, options: Options = Options()) -> Conversion:
-    """Return the converted file. Raises ConversionError for a file that is not text or does not parse."""
+    """Return the converted file. Raises ConversionError for a file that is not text or does not parse.
+
+    Deeply nested code (a sum of hundreds of terms is a tree hundreds of levels deep, and libcst
+    walks trees recursively) is converted with a higher recursion limit; past what even that allows
+    the file is declined with a ConversionError, never a RecursionError traceback.
+    """
     if not any(package.encode() in source for f in REGISTRY.values() for package in f.packages):
         return Conversion(path=path, original=source, output=source)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
+    try:
+        return _convert(source, path, options)
+    except RecursionError:
+        raise ConversionError(path, "nests expressions or blocks too deeply for dpmigrate to convert; it was left "
+                              "unchanged (split the deepest expression into a few statements)") from None
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _convert(source: bytes, path: str, options: Options) -> Conversion:
     module = _parse(source, path)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # a fresh tree nobody else holds: no copy
     index = TreeIndex(wrapper)  # one index of the tree and one set of metadata, shared by detection and rules
@@ -69,12 +89,24 @@ def convert(source: bytes, path: str, options: Options = Options()) -> Conversio
 
 
 def _parse(source: bytes, path: str) -> libcst.Module:
+    """libcst's tree of the file, once CPython agrees that it is Python at all.
+
+    libcst's grammar accepts a few files CPython rejects (1000 nested parentheses): those do not
+    parse either, and are reported as such.
+    """
     try:
-        return libcst.parse_module(source)
+        module = libcst.parse_module(source)
     except libcst.ParserSyntaxError as exc:
         raise ConversionError(path, f"does not parse: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
         raise ConversionError(path, f"is not text in its declared encoding: {exc}") from None
+    try:
+        ast.parse(source, path)
+    except SyntaxError as exc:
+        raise ConversionError(path, f"does not parse: {exc.msg}", exc.lineno, exc.offset) from None
+    except (ValueError, MemoryError, RecursionError) as exc:
+        raise ConversionError(path, f"does not parse: {exc}") from None
+    return module
 
 
 def _detection_findings(detection: Detection, path: str, options: Options) -> list[Finding]:
