@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
+from dpmigrate.codemod.engine import convert
+from dpmigrate.findings import ConversionError, Options
+
 from rule_testing import IMPORT, assert_converts, convert_text, findings_of
 
 
@@ -42,11 +47,17 @@ def test_torch_save_with_keyword_arguments_keeps_them_and_the_file_becomes_a_pat
 
 
 def test_a_form_feed_in_an_indentation_is_kept_and_new_code_is_indented_plainly():
-    source = b"import torch\nclass A:\n\f    pass\ndef f():\n\f    x = torch.ones(1)\n    x.backward()\n    print(x)\n"
+    source = b"import torch\nclass A:\n\f    pass\nx = torch.ones(1)\nx.backward()\nprint(x)\n"
     result = convert_text(source.decode())
-    assert b"\n\f    pass\n" in result.output and b"\n\f    x = torch.ones(1)\n" in result.output
-    assert b"    dp.init()\n" in result.output or b"dp.init()\n" in result.output
+    assert b"class A:\n\f    pass\n" in result.output and b"dp.print(x)\n" in result.output
     compile(result.output, "f.py", "exec")
+
+
+def test_a_file_libcst_cannot_reprint_exactly_is_refused_not_silently_changed():
+    # libcst keeps one indent per block: the form feed of the first line would spread to the others
+    source = "import torch\ndef f():\n\f    x = torch.ones(1)\n    x.backward()\n    print(x)\n"
+    with pytest.raises(ConversionError, match="cannot reprint this file byte for byte"):
+        convert_text(source)
 
 
 def test_the_runtime_alias_is_a_name_the_file_does_not_use_even_when_the_usual_ones_are_taken():
@@ -100,3 +111,39 @@ def test_a_break_on_one_rank_in_a_loop_that_calls_a_collective_is_divergent_with
                 break
         '''))
     assert [line for line, _ in errors] == [7]
+
+
+def test_comments_of_a_removed_statement_move_to_the_next_one():
+    assert_converts('''\
+        import torch
+        # pin the card
+        torch.cuda.set_device(0)  # one GPU per process
+        x = torch.ones(1)
+        ''', '''\
+        import torch
+        # pin the card
+        # one GPU per process
+        x = torch.ones(1)
+        ''', select=("rank-device",))
+
+
+def test_comments_of_a_removed_last_statement_stay_in_its_block():
+    assert_converts('''\
+        import torch
+        def setup():
+            x = 1
+            # the card
+            torch.cuda.set_device(0)  # pinned
+        ''', '''\
+        import torch
+        def setup():
+            x = 1
+            # the card
+            # pinned
+        ''', select=("rank-device",))
+
+
+def test_an_unchanged_file_comes_back_as_its_own_bytes():
+    source = b"import torch\nx = torch.ones(1)   \n\n\n    \n"
+    assert convert(source, "a.py", Options(select=("rank-device",))).output == source
+    assert convert(source, "a.py", Options()).output == source

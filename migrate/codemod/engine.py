@@ -80,7 +80,7 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
         _run_rules(ctx, _chosen(rule_set.RULES, options), convert=convertible)
         findings.extend(ctx.findings)
         if convertible:
-            output = _emit(ctx, path)
+            output = _emit(ctx, source, path)
     findings.sort(key=lambda f: (f.line, f.col))
     return Conversion(
         path=path, original=source, output=output, findings=tuple(findings),
@@ -149,10 +149,19 @@ def _run_rules(ctx: Context, rules: list[type[Rule]], *, convert: bool) -> None:
             ) from exc
 
 
-def _emit(ctx: Context, path: str) -> bytes:
+def _emit(ctx: Context, source: bytes, path: str) -> bytes:
+    """The converted bytes: the original ones when nothing changed, never a silent change elsewhere.
+
+    Outside the edited statements every byte comes out as it came in, because libcst prints an
+    unchanged node as it parsed it. That holds only where libcst reprints the whole original
+    file exactly; for the rare file it does not, the conversion is refused rather than risked.
+    """
     new = apply(ctx.module, ctx.plan, ctx.query.index)
     if new is ctx.module:
-        return ctx.module.bytes
+        return source
+    if ctx.module.bytes != source:
+        raise ConversionError(path, "libcst cannot reprint this file byte for byte, so converting it could change "
+                              "code no rule touched; it was left unchanged (please report it with the file)")
     if ctx.plan.needs_runtime_import:
         runtime = ctx.vocabulary.runtime_module
         new = _add_runtime_import(new, runtime, None if ctx.alias == runtime else ctx.alias)

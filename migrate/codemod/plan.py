@@ -121,19 +121,48 @@ class _Applier(cst.CSTTransformer):
             return updated
         rewritten = dict(zip(map(id, original.body), updated.body))
         body: list[cst.BaseStatement] = []
+        orphans: list[cst.EmptyLine] = []  # comments of removed statements, for the next one kept
         for old in original.body:
             before = plan._before.get(old, ())
             if before:
                 rewritten[id(old)] = _insert_before(before, rewritten[id(old)], body)
-            if old in plan._groups:
-                group = plan._groups[old]
-                body.append(group.wrapper([rewritten.get(id(s), s) for s in group.statements]))
-            elif old not in plan._grouped and old not in plan._remove:
-                body.append(rewritten[id(old)])
+            if old in plan._remove or (old in plan._grouped and old not in plan._groups):
+                if old in plan._remove:
+                    orphans.extend(_comments_of(old))
+                body.extend(plan._after.get(old, ()))
+                continue
+            statement = group.wrapper([rewritten.get(id(s), s) for s in group.statements]) if (
+                group := plan._groups.get(old)) is not None else rewritten[id(old)]
+            if orphans:
+                statement = _with_leading_comments(statement, orphans)
+                orphans = []
+            body.append(statement)
             body.extend(plan._after.get(old, ()))
         if not body and isinstance(updated, cst.IndentedBlock):
             body = [cst.SimpleStatementLine([cst.Pass()])]
+        if orphans:  # the block ended with removed statements: their comments close it
+            return updated.with_changes(body=body, footer=[*orphans, *updated.footer])
         return updated.with_changes(body=body)
+
+
+def _comments_of(statement: cst.BaseStatement) -> list[cst.EmptyLine]:
+    """The comment lines above a statement and the comment at the end of its line, as comment lines."""
+    lines = [line for line in getattr(statement, "leading_lines", ()) if line.comment is not None]
+    trailing = getattr(statement, "trailing_whitespace", None)
+    if trailing is None and isinstance(getattr(statement, "body", None), cst.IndentedBlock):
+        trailing = statement.body.header  # `if ...:  # comment`
+    if trailing is not None and trailing.comment is not None:
+        lines.append(cst.EmptyLine(comment=trailing.comment))
+    return lines
+
+
+def _with_leading_comments(statement: cst.BaseStatement, comments: list[cst.EmptyLine]) -> cst.BaseStatement:
+    """``statement`` with ``comments`` after its own blank lines, before its own comments."""
+    lines = list(getattr(statement, "leading_lines", ()))
+    blank = 0
+    while blank < len(lines) and lines[blank].comment is None:
+        blank += 1
+    return statement.with_changes(leading_lines=[*lines[:blank], *comments, *lines[blank:]])
 
 
 def _insert_before(new: Sequence[cst.BaseStatement], statement: cst.BaseStatement, body: list) -> cst.BaseStatement:
