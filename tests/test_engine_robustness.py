@@ -147,3 +147,23 @@ def test_an_unchanged_file_comes_back_as_its_own_bytes():
     source = b"import torch\nx = torch.ones(1)   \n\n\n    \n"
     assert convert(source, "a.py", Options(select=("rank-device",))).output == source
     assert convert(source, "a.py", Options()).output == source
+
+
+def test_a_model_reading_its_own_parameters_with_next_is_not_taken_for_an_attribute_held_model():
+    result = convert_text('''\
+        import torch
+        from torch import nn
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(2, 2)
+            def zeros(self):
+                return next(self.parameters()).new_zeros(2)
+            def forward(self, x):
+                return self.fc(x) + self.zeros()
+        net = Net()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        opt.zero_grad(); net(torch.ones(2)).sum().backward(); opt.step()
+        ''')
+    assert not findings_of(result, "distributed-model", "declined")
+    assert "net = dp.distributed_model(net)\n" in result.output.decode()

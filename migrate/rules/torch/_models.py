@@ -61,7 +61,9 @@ class Models:
         for call in self.q.findall(self.module, m.Call()):
             # torch optimizers, and anything else handed a model's parameters (a hand-written
             # optimizer class, clip_grad_norm_): the model is the same either way
-            if optimizer_class(self.q, call) is not None or any(m.matches(a.value, parameters) for a in call.args[:1]):
+            if optimizer_class(self.q, call) is not None or (
+                any(m.matches(a.value, parameters) for a in call.args[:1]) and not self._builtin(call)
+            ):
                 for name in parameter_owners(self.q, call):
                     yield call, name
         for name, function in self.q.module_functions().items():
@@ -70,6 +72,10 @@ class Models:
                     owner = call.func.value
                     if isinstance(owner, cst.Name):
                         yield call, owner.value
+
+    def _builtin(self, call: cst.Call) -> bool:
+        """``next(self.parameters())``, ``list(model.parameters())``: reading parameters, not training them."""
+        return any(q.startswith("builtins.") for q in self.q.qualified_names(call.func))
 
     def _binding_scope(self, name: str, site: cst.CSTNode) -> cst.CSTNode | None:
         function = self.q.function_of(site)
