@@ -12,7 +12,7 @@ Importing this package imports no framework; each backend imports only its own.
 The contract (identical names in every backend)
 -----------------------------------------------
 ``init(strategy=None, *, timeout=None) -> Role``
-    Idempotent. Reads the launcher's environment (see :mod:`dpmigrate.runtime.role`) and starts
+    Idempotent. Reads the launcher's environment (see :mod:`dpmigrate.runtime.role_reader`) and starts
     the framework's engine. With no launcher environment it starts nothing: world size 1, and
     every call below behaves like the plain single-process code.
 ``role() -> Role``, ``rank()``, ``local_rank()``, ``world_size()``, ``is_main_process()``, ``device()``
@@ -49,7 +49,8 @@ The contract (identical names in every backend)
     Ends the engine cleanly; registered at exit by ``init``.
 """
 
-from .role import LaunchEnvironmentError, Role, read_role
+from .role import LaunchEnvironmentError, Role
+from .role_reader import read_role
 from .strategy import Strategy, UnsupportedStrategy
 
 __all__ = ["LaunchEnvironmentError", "Role", "Strategy", "UnsupportedStrategy", "read_role"]

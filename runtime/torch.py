@@ -26,7 +26,8 @@ from . import _torch_faults, _torch_teardown
 from ._torch_data import distributed_loader_for, shard_indices
 from ._torch_model import DistributedDataParallel, make_distributed_optimizer, wrap_model
 from .atomic import atomic_write
-from .role import Role, read_role
+from .role import Role
+from .role_reader import read_role
 from .strategy import Strategy, UnsupportedStrategy
 
 __all__ = [
