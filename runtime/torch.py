@@ -7,7 +7,9 @@ every function here behaves like the plain single-process code. The contract is 
 in ``dpmigrate/runtime/__init__.py``; what needs no framework (batch and learning-rate policies, the
 timeout, the main-process print, ``main_process_first``, ``shard``'s split) is :mod:`.common`'s.
 
-Module state lives in ``_state``; ``_reset_for_tests()`` forgets it (it does not end a process group).
+Module state lives in ``_state`` here, and in ``_torch_faults`` and ``_torch_model``;
+``_reset_for_tests()`` returns all of it to a fresh import's (ending first, as ``shutdown()`` does, a
+process group ``init()`` started).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, ContextManager, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
-from . import _torch_faults, _torch_teardown, common
+from . import _torch_faults, _torch_model, _torch_teardown, common
 from ._torch_data import distributed_loader_for
 from ._torch_model import DistributedDataParallel, make_distributed_optimizer, wrap_model
 from .atomic import atomic_write
@@ -48,8 +50,12 @@ _state = _State()
 
 
 def _reset_for_tests() -> None:
+    """Back to a fresh import: end what ``init()`` started, forget the role, strategy, broken flag and registries."""
     global _state
+    shutdown()
     _state = _State()
+    _torch_faults._reset_for_tests()
+    _torch_model._reset_for_tests()
 
 
 # --- lifecycle ------------------------------------------------------------------------------------
