@@ -1,9 +1,11 @@
 """Put converted bytes on disk so that a crash, a full disk or a kill never leaves half a script.
 
-The bytes go to a temporary file in the destination's own folder (so the rename stays on one
-file system), are fsynced, get the original file's mode (and owner, when we may set it), and
-replace the destination with ``os.replace``: a reader sees the old file or the new one, never
-a torn one. The bytes are written exactly as given: the engine already kept the encoding, the
+The writing itself is the runtime's one atomic writer (:mod:`dpmigrate.runtime.atomic`): a private
+temporary file in the destination's own folder, fsynced, given the original file's mode (and owner,
+when we may set it), then ``os.replace``d over the destination, so a reader sees the old file or the
+new one, never a torn one. This module adds what the converter needs on top: refusing files the user
+made read-only, creating ``-o`` folders, following the user's symbolic links, and errors that say what
+was left as it was. The bytes are written exactly as given: the engine already kept the encoding, the
 BOM and the line endings, and nothing here translates them.
 """
 
@@ -11,9 +13,8 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 
-from .runtime.atomic import fsync_folder
+from .runtime.atomic import atomic_write
 
 
 class WriteError(Exception):
@@ -51,44 +52,14 @@ def _writable_bits(path: str) -> bool:
 def write_atomic(path: str, data: bytes, like: str | None = None) -> None:
     """Replace (or create) ``path`` with ``data``; the file's mode is that of ``like`` or of ``path``.
 
-    A symbolic link is followed: its target is rewritten and the link stays a link.
+    A symbolic link is followed: its target is rewritten and the link stays a link. Root rewriting a
+    user's file gives it back to that user.
     """
     target = os.path.realpath(path)
-    folder = os.path.dirname(target) or "."
-    tmp = None
     try:
-        reference = like if like is not None else (target if os.path.exists(target) else None)
-        st = os.stat(reference) if reference is not None else None
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".dpmigrate-tmp")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-            if st is not None:
-                os.fchmod(handle.fileno(), stat.S_IMODE(st.st_mode))
-                _keep_owner(handle.fileno(), st)
-            else:
-                os.fchmod(handle.fileno(), 0o644)
-        os.replace(tmp, target)
-        tmp = None
-        fsync_folder(folder)
+        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+        atomic_write(path, lambda handle: handle.write(data), like=like, follow_symlinks=True, keep_owner=True)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         where = f" ({exc.filename})" if exc.filename and exc.filename not in (path, target) else ""
         raise WriteError(path, f"cannot be written: {reason}{where}; the file was left as it was") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
-def _keep_owner(fd: int, st: os.stat_result) -> None:
-    """Root rewriting a user's file should not leave it owned by root; others cannot chown, and need not."""
-    if hasattr(os, "fchown") and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
-        try:
-            os.fchown(fd, st.st_uid, st.st_gid)
-        except PermissionError:
-            pass

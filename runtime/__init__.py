@@ -9,47 +9,102 @@ hvd`` does::
 
 Importing this package imports no framework; each backend imports only its own.
 
-The contract (identical names in every backend)
------------------------------------------------
-``init(strategy=None, *, timeout=None) -> Role``
-    Idempotent. Reads the launcher's environment (see :mod:`dpmigrate.runtime.role`) and starts
-    the framework's engine. With no launcher environment it starts nothing: world size 1, and
-    every call below behaves like the plain single-process code.
-``role() -> Role``, ``rank()``, ``local_rank()``, ``world_size()``, ``is_main_process()``, ``device()``
-``distributed_model(model)``
-    Wraps for data parallelism. The wrapped model's ``state_dict()`` has the unwrapped keys (no
-    ``module.``), and unknown attributes are forwarded to the original model.
-``distributed_optimizer(optimizer)``
-    Averages gradients exactly once (by the wrapped model, or by an all-reduce for parameters no
-    wrapped model owns) and applies ``Strategy.gradient_accumulation``.
-``distributed_loader(loader_or_dataset, *, evaluation=False)``
-    Each rank reads a disjoint shard, batch size / shuffle / drop_last / collate kept, the epoch
-    advanced on every new iteration. ``evaluation=True`` shards without padding, so metrics summed
-    with ``all_reduce(..., op="sum")`` are exact.
-``shard(sequence)``
-    This rank's contiguous part of any indexable (for scripts that batch by hand).
-``per_rank_batch_size(global_batch_size)``
-    The ``--batch global`` policy: ``global_batch_size // world_size()``; raises if not divisible.
-``scale_lr(lr, rule="linear")``
-    The ``--scale-lr`` policy: ``lr * N`` (``"linear"``) or ``lr * sqrt(N)`` (``"sqrt"``).
-``all_reduce(value, op="mean")``, ``all_gather(value)``, ``broadcast(value, src=0)``, ``barrier()``
-    Accept framework tensors and plain Python numbers; return the same kind.
-``save(obj, path)``
-    Rank 0 writes atomically (temporary file, fsync, rename), then all ranks meet.
-``print(*args, **kwargs)``
-    Only on the main process.
-``main_process_first()``
-    Context manager: the main process runs the block first (downloads, caches), then the others.
-``scope()``
-    TF's strategy scope; a no-op context elsewhere.
-``Strategy``
-    Framework-neutral knobs (:mod:`dpmigrate.runtime.strategy`), mapped onto native options; a
-    knob a backend cannot honour raises ``UnsupportedStrategy``.
-``shutdown()``
-    Ends the engine cleanly; registered at exit by ``init``.
+The contract is :data:`CONTRACT`, below: every backend exports exactly these names (its ``__all__``),
+functions with these parameters in this order (a backend may add keyword-only parameters with
+defaults, e.g. torch's ``init(..., backend=None)``), and the shared classes themselves.
+``tests/test_contract.py`` checks every backend against it with
+:func:`dpmigrate.runtime.contract_check.check_backend`. The listing that follows is generated from it.
 """
 
-from .role import LaunchEnvironmentError, Role, read_role
+from __future__ import annotations
+
+import dataclasses
+
+from .role import LaunchEnvironmentError, Role
+from .role_reader import read_role
 from .strategy import Strategy, UnsupportedStrategy
 
-__all__ = ["LaunchEnvironmentError", "Role", "Strategy", "UnsupportedStrategy", "read_role"]
+__all__ = ["CONTRACT", "ContractName", "LaunchEnvironmentError", "Role", "Strategy", "UnsupportedStrategy",
+           "read_role"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ContractName:
+    """One name every backend exports.
+
+    ``spec`` is a function's parameter list as written in Python (``"(value, op='mean') -> value"``;
+    the return annotation is documentation only), or, for a class the backends share, the class itself:
+    a backend must export that very object.
+    """
+
+    name: str
+    spec: str | type
+    doc: str
+
+    def synopsis(self) -> str:
+        return self.name + self.spec if isinstance(self.spec, str) else self.name
+
+
+CONTRACT: tuple[ContractName, ...] = (
+    ContractName("init", "(strategy=None, *, timeout=None) -> Role", """
+        Idempotent. Reads the launcher's environment (:func:`read_role`) and starts the framework's
+        engine, with a collective timeout of ``timeout`` seconds (default ``DPMIGRATE_TIMEOUT``, else
+        600). With no launcher environment it starts nothing: world size 1, and every call below
+        behaves like the plain single-process code."""),
+    ContractName("role", "() -> Role", "This process's Role (calls ``init()`` if needed)."),
+    ContractName("rank", "() -> int", "This process's rank in the job."),
+    ContractName("local_rank", "() -> int", "Its rank among the processes on its node."),
+    ContractName("world_size", "() -> int", "The number of processes in the job."),
+    ContractName("is_main_process", "() -> bool", "Whether this is rank 0."),
+    ContractName("device", "()", "This rank's device: its local accelerator when there is one, else the CPU."),
+    ContractName("distributed_model", "(model)", """
+        Wraps for data parallelism. The wrapped model's ``state_dict()`` has the unwrapped keys (no
+        ``module.``), and unknown attributes are forwarded to the original model."""),
+    ContractName("distributed_optimizer", "(optimizer)", """
+        Averages gradients exactly once (by the wrapped model, or by an all-reduce for parameters no
+        wrapped model owns) and applies ``Strategy.gradient_accumulation``."""),
+    ContractName("distributed_loader", "(loader_or_dataset, *, evaluation=False)", """
+        Each rank reads a disjoint shard, batch size / shuffle / drop_last / collate kept, the epoch
+        advanced on every new iteration. ``evaluation=True`` shards without padding, so metrics summed
+        with ``all_reduce(..., op="sum")`` are exact."""),
+    ContractName("shard", "(sequence)", """
+        This rank's contiguous part of any indexable (for scripts that batch by hand); the first ranks
+        take one more when it does not split evenly."""),
+    ContractName("per_rank_batch_size", "(global_batch_size) -> int", """
+        The ``--batch global`` policy: ``global_batch_size // world_size()``; raises if not divisible."""),
+    ContractName("scale_lr", "(lr, rule='linear') -> float", """
+        The ``--scale-lr`` policy: ``lr * N`` (``"linear"``), ``lr * sqrt(N)`` (``"sqrt"``) or ``lr``
+        (``"none"``)."""),
+    ContractName("all_reduce", "(value, op='mean')", """
+        ``op`` is ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` or ``"product"``. Like every collective
+        here, accepts framework tensors and plain Python numbers and returns the same kind."""),
+    ContractName("all_gather", "(value)", """
+        Tensors concatenated along dim 0 in rank order (sizes may differ); other objects as a list."""),
+    ContractName("broadcast", "(value, src=0)", "Rank ``src``'s value on every rank."),
+    ContractName("barrier", "() -> None", "Every rank waits until all have arrived."),
+    ContractName("save", "(obj, path) -> None", """
+        Rank 0 writes atomically (:mod:`dpmigrate.runtime.atomic`: a private temporary file, fsync,
+        rename), then all ranks meet; every rank must call it."""),
+    ContractName("print", "(*args, **kwargs) -> None", "``print``, only on the main process."),
+    ContractName("main_process_first", "(local=True)", """
+        Context manager: the main process (of each node when ``local``) runs the block first
+        (downloads, caches), then the others."""),
+    ContractName("scope", "()", "TF's strategy scope; a no-op context elsewhere."),
+    ContractName("shutdown", "() -> None", "Ends the engine cleanly; registered at exit by ``init``; safe twice."),
+    ContractName("Role", Role, "Who this process is (:mod:`dpmigrate.runtime.role`)."),
+    ContractName("Strategy", Strategy, """
+        Framework-neutral knobs (:mod:`dpmigrate.runtime.strategy`), mapped onto native options."""),
+    ContractName("UnsupportedStrategy", UnsupportedStrategy, """
+        Raised for a Strategy knob a backend cannot honour; none is silently ignored."""),
+)
+
+
+def _listing(contract: tuple[ContractName, ...]) -> str:
+    lines = ["", "The contract (identical in every backend)", "-----------------------------------------"]
+    for entry in contract:
+        lines.append(f"``{entry.synopsis()}``")
+        lines.extend("    " + line.strip() for line in entry.doc.strip().splitlines())
+    return "\n".join(lines) + "\n"
+
+
+__doc__ = (__doc__ or "") + _listing(CONTRACT)

@@ -20,13 +20,6 @@ SHUFFLE_SEED = 0
 """Seed of the distributed shuffle (plus the epoch): the same on every rank, whatever the script seeded."""
 
 
-def shard_indices(n: int, rank: int, world_size: int) -> tuple[int, int]:
-    """[start, stop) of rank's contiguous share of n items; the first n % world_size ranks take one more."""
-    base, extra = divmod(n, world_size)
-    start = rank * base + min(rank, extra)
-    return start, start + base + (1 if rank < extra else 0)
-
-
 class EpochAdvancingDistributedSampler(DistributedSampler):
     """A DistributedSampler whose epoch moves on by itself at each new pass over the data.
 

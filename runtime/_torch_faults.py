@@ -8,6 +8,9 @@ counter stopped moving, and prints which rank was lost after the traceback:
     dpmigrate: rank 0 lost rank 1 (no heartbeat for 2.0 s: the process exited, was killed or is frozen).
 
 The job is then marked broken so that exit does not try a clean teardown with dead peers.
+
+Module state: ``_broken`` and the excepthook this module installed (``_installed_hook``);
+``_reset_for_tests()`` clears the first and puts the previous hook back.
 """
 
 from __future__ import annotations
@@ -22,10 +25,20 @@ INTERVAL = 0.5
 DIAGNOSIS_WAIT = 2.0
 _KEY = "dpmigrate/heartbeat/{}"
 _broken = False
+_installed_hook: tuple | None = None  # (our hook, the hook it replaced)
 
 
 def job_is_broken() -> bool:
     return _broken
+
+
+def _reset_for_tests() -> None:
+    """Forget that the job broke, and uninstall our excepthook if it is still the installed one."""
+    global _broken, _installed_hook
+    _broken = False
+    if _installed_hook is not None and sys.excepthook is _installed_hook[0]:
+        sys.excepthook = _installed_hook[1]
+    _installed_hook = None
 
 
 def _is_distributed_failure(exc: BaseException) -> bool:
@@ -108,6 +121,7 @@ class PeerMonitor:
 
 
 def _install_excepthook(monitor: PeerMonitor) -> None:
+    global _installed_hook
     previous = sys.excepthook
 
     def hook(exc_type, exc, tb):
@@ -123,3 +137,4 @@ def _install_excepthook(monitor: PeerMonitor) -> None:
             monitor.stop()
 
     sys.excepthook = hook
+    _installed_hook = (hook, previous)

@@ -10,6 +10,12 @@ Strategy knobs, each onto torch's own mechanism:
   micro-batches of b equal one batch of k*b.
 Gradients are averaged exactly once: by DDP for the parameters a wrapped model owns, and by an
 all-reduce in ``step()`` for parameters no wrapped model owns.
+
+Module state: the weak registries of wrapped models and distributed optimizers (who owns which
+parameters, which optimizer accumulates for which model) and their generation, which every new
+optimizer bumps so that a wrapped model's cached accumulator lookup is redone. ``_reset_for_tests()``
+empties the registries and bumps the generation. ``_subclasses`` (optimizer class -> its distributed
+subclass) is a pure cache and stays.
 """
 
 from __future__ import annotations
@@ -24,6 +30,15 @@ from .strategy import Strategy
 
 _wrapped_models: "weakref.WeakSet[DistributedDataParallel]" = weakref.WeakSet()
 _distributed_optimizers: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
+_optimizers_generation = 0  # bumped by every registration and reset; never goes back
+
+
+def _reset_for_tests() -> None:
+    """Forget every wrapped model and distributed optimizer (the objects themselves keep working)."""
+    global _optimizers_generation
+    _wrapped_models.clear()
+    _distributed_optimizers.clear()
+    _optimizers_generation += 1
 
 
 def _strip_module_prefix(state_dict):
@@ -62,7 +77,7 @@ class DistributedDataParallel(_TorchDDP):
 
     def _dpmigrate_accumulator(self):
         """The accumulating optimizer that steps this model's parameters, if any (cached per optimizer set)."""
-        key = len(_distributed_optimizers)
+        key = (_optimizers_generation, len(_distributed_optimizers))  # len: an optimizer was collected
         cached = self.__dict__.get("_dpmigrate_cache")
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -160,6 +175,7 @@ _subclasses: dict[type, type] = {}
 
 def make_distributed_optimizer(optimizer: torch.optim.Optimizer, strategy: Strategy, world_size: int):
     """Turn ``optimizer`` (in place, so schedulers built on it keep working) into a distributed one."""
+    global _optimizers_generation
     if isinstance(optimizer, _DistributedOptimizerMixin):
         return optimizer
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -185,6 +201,7 @@ def make_distributed_optimizer(optimizer: torch.optim.Optimizer, strategy: Strat
     if scheduler_patched:
         _retrack_scheduler_step(optimizer)
     _distributed_optimizers.add(optimizer)
+    _optimizers_generation += 1
     return optimizer
 
 

@@ -3,7 +3,7 @@
 Each reader answers ``detect(env)`` (did this launcher start us?) and ``read(env)`` (the Role, or a
 :class:`LaunchEnvironmentError` naming the variable, its value, the launcher and the fix), as Lightning
 Fabric's cluster environments do. :data:`LAUNCHERS` is the order :func:`dpmigrate.runtime.read_role`
-tries them in, and why is documented in :mod:`dpmigrate.runtime.role`. Standard library only.
+tries them in, and why is documented in :mod:`dpmigrate.runtime.role_reader`. Standard library only.
 """
 
 from __future__ import annotations

@@ -1,31 +1,17 @@
-"""Who this process is in the job, read from whichever launcher started it.
+"""Who this process is in the job: the framework-free ``Role`` every backend starts from.
 
-A ``Role`` is framework-free: the torch, TensorFlow and Paddle backends all start from it. One small
-reader per launcher answers the same two questions (as Lightning Fabric's cluster environments do):
-``detect(env)``, were we started by it, and ``read(env)``, the validated ``Role``. They are tried in
-this order, the first detected wins (see :mod:`dpmigrate.runtime.launchers` for each one's variables):
-
-1. ``torchrun`` -- torchrun / torch.distributed.run, or ``RANK`` + ``WORLD_SIZE`` exported by hand (env://)
-2. ``paddle``   -- ``python -m paddle.distributed.launch`` (``PADDLE_TRAINER_ID``, ``PADDLE_TRAINERS_NUM``)
-3. ``tf_config`` -- a ``TF_CONFIG`` JSON cluster spec (chief and workers)
-4. ``openmpi``  -- ``mpirun`` of Open MPI (``OMPI_COMM_WORLD_*``)
-5. ``slurm``    -- ``srun`` with more than one task (``SLURM_PROCID`` in a job step)
-6. ``none``     -- rank 0 of 1: the script runs exactly as the single-process original
-
-The order puts the launcher closest to the process first. ``srun torchrun ...`` gives every worker
-both Slurm's variables (describing the one torchrun agent per node) and torchrun's (describing the
-worker); the same holds for ``mpirun`` inside a Slurm allocation, whose daemons Open MPI starts with
-``srun``, so Open MPI is tried before Slurm.
+A ``Role`` is plain data: the torch, TensorFlow and Paddle backends all start from it. It is read from
+the launcher's environment by :func:`dpmigrate.runtime.read_role` (:mod:`dpmigrate.runtime.role_reader`,
+which tries the launchers of :mod:`dpmigrate.runtime.launchers` in a documented order).
 
 Every malformed value raises :class:`LaunchEnvironmentError` naming the variable, its value, the
 launcher and the fix; never a bare ``KeyError`` or ``json.JSONDecodeError`` from deep inside ``init()``.
+This module imports nothing of the runtime, so the launcher readers can build Roles without a loop.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-from typing import Mapping
 
 
 class LaunchEnvironmentError(ValueError):
@@ -81,17 +67,3 @@ class Role:
         if self.master_endpoint is not None:
             text += f", master {self.master_endpoint}"
         return f"{text} (launcher: {self.launcher})"
-
-
-def read_role(environ: Mapping[str, str] | None = None) -> Role:
-    """Read the Role from ``environ`` (default ``os.environ``); raise LaunchEnvironmentError.
-
-    Pure: reads the mapping, changes nothing, imports no framework; cheap enough to call per use.
-    """
-    from .launchers import LAUNCHERS  # the readers build Roles, so they import this module
-
-    env = os.environ if environ is None else environ
-    for launcher in LAUNCHERS:
-        if launcher.detect(env):
-            return launcher.read(env)
-    return Role()

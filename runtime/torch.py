@@ -3,30 +3,32 @@
 ``import dpmigrate.runtime.torch as dp``. Launched by torchrun, ``dpmigrate launch``, Slurm, Open MPI,
 Paddle's launcher or TF_CONFIG, ``init()`` starts a process group (gloo on CPU, nccl on GPU with the
 local GPU pinned) from the :class:`~dpmigrate.runtime.role.Role`; not launched, it starts nothing and
-every function here behaves like the plain single-process code. The contract is documented once, in
-``dpmigrate/runtime/__init__.py``.
+every function here behaves like the plain single-process code. The contract is declared once, as data,
+in ``dpmigrate/runtime/__init__.py``; what needs no framework (batch and learning-rate policies, the
+timeout, the main-process print, ``main_process_first``, ``shard``'s split) is :mod:`.common`'s.
 
-Module state lives in ``_state``; ``_reset_for_tests()`` forgets it (it does not end a process group).
+Module state lives in ``_state`` here, and in ``_torch_faults`` and ``_torch_model``;
+``_reset_for_tests()`` returns all of it to a fresh import's (ending first, as ``shutdown()`` does, a
+process group ``init()`` started).
 """
 
 from __future__ import annotations
 
 import atexit
-import builtins
 import contextlib
 import datetime
-import math
 import os
-from typing import Any, Iterator, Sequence
+from typing import Any, ContextManager, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
 
-from . import _torch_faults, _torch_teardown
-from ._torch_data import distributed_loader_for, shard_indices
+from . import _torch_faults, _torch_model, _torch_teardown, common
+from ._torch_data import distributed_loader_for
 from ._torch_model import DistributedDataParallel, make_distributed_optimizer, wrap_model
 from .atomic import atomic_write
-from .role import Role, read_role
+from .role import Role
+from .role_reader import read_role
 from .strategy import Strategy, UnsupportedStrategy
 
 __all__ = [
@@ -35,13 +37,6 @@ __all__ = [
     "is_main_process", "local_rank", "main_process_first", "per_rank_batch_size", "print", "rank",
     "role", "save", "scale_lr", "scope", "shard", "shutdown", "world_size",
 ]
-
-DEFAULT_TIMEOUT_SECONDS = 600.0
-"""Collective timeout when neither ``init(timeout=)`` nor ``DPMIGRATE_TIMEOUT`` says otherwise.
-
-Shorter than torch's 30 minutes so that a lost or diverging rank ends the job within minutes, long
-enough for a rank-0-only evaluation or checkpoint between collectives."""
-
 
 class _State:
     def __init__(self):
@@ -55,8 +50,12 @@ _state = _State()
 
 
 def _reset_for_tests() -> None:
+    """Back to a fresh import: end what ``init()`` started, forget the role, strategy, broken flag and registries."""
     global _state
+    shutdown()
     _state = _State()
+    _torch_faults._reset_for_tests()
+    _torch_model._reset_for_tests()
 
 
 # --- lifecycle ------------------------------------------------------------------------------------
@@ -78,24 +77,9 @@ def init(strategy: Strategy | None = None, *, timeout: float | None = None, back
         )
     role = read_role()
     if role.world_size > 1:
-        _start_process_group(role, backend, _timeout_seconds(timeout))
+        _start_process_group(role, backend, common.timeout_seconds(timeout))
     _state.role, _state.strategy = role, strategy
     return role
-
-
-def _timeout_seconds(timeout: float | None) -> float:
-    if timeout is not None:
-        return float(timeout)
-    text = os.environ.get("DPMIGRATE_TIMEOUT")
-    if not text:
-        return DEFAULT_TIMEOUT_SECONDS
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"DPMIGRATE_TIMEOUT={text!r}: give the collective timeout in seconds, e.g. 300")
-    return value
 
 
 def _start_process_group(role: Role, backend: str | None, timeout_s: float) -> None:
@@ -190,31 +174,18 @@ def distributed_loader(loader_or_dataset, *, evaluation: bool = False):
 
 def shard(sequence: Sequence) -> Sequence:
     """This rank's contiguous part of any indexable; the first ranks take one more when uneven."""
-    start, stop = shard_indices(len(sequence), rank(), world_size())
+    start, stop = common.shard_indices(len(sequence), rank(), world_size())
     return sequence[start:stop]
 
 
 def per_rank_batch_size(global_batch_size: int) -> int:
     """The ``--batch global`` policy: each rank takes B / N, so the global batch stays B."""
-    n = world_size()
-    if global_batch_size % n:
-        raise ValueError(
-            f"global batch size {global_batch_size} does not split evenly over {n} processes; "
-            f"pick a multiple of {n} (e.g. {global_batch_size - global_batch_size % n or n}) or convert "
-            "with --batch per-device"
-        )
-    return global_batch_size // n
+    return common.per_rank_batch_size(global_batch_size, world_size())
 
 
 def scale_lr(lr: float, rule: str = "linear") -> float:
     """The ``--scale-lr`` policy: ``lr * N`` or ``lr * sqrt(N)`` for a global batch N times larger."""
-    if rule == "linear":
-        return lr * world_size()
-    if rule == "sqrt":
-        return lr * math.sqrt(world_size())
-    if rule == "none":
-        return lr
-    raise ValueError(f"scale_lr(rule={rule!r}): use 'linear', 'sqrt' or 'none'")
+    return common.scale_lr(lr, world_size(), rule)
 
 
 # --- collectives ----------------------------------------------------------------------------------
@@ -300,25 +271,16 @@ def save(obj, path, **kwargs) -> None:
 
 def print(*args, **kwargs) -> None:  # noqa: A001 - the point is to stand in for print
     """``print`` on the main process only, so logs are not repeated N times."""
-    if is_main_process():
-        builtins.print(*args, **kwargs)
+    common.print_on_main_process(is_main_process(), *args, **kwargs)
 
 
-@contextlib.contextmanager
-def main_process_first(local: bool = True) -> Iterator[None]:
+def main_process_first(local: bool = True) -> ContextManager[None]:
     """Run the block on the main process (of each node when ``local``) first, then on the others.
 
     For downloads and caches: the first process fills the cache, the others find it full. Every rank
     passes exactly one barrier.
     """
-    first = (local_rank() if local else rank()) == 0
-    if not first:
-        barrier()
-    try:
-        yield
-    finally:
-        if first:
-            barrier()
+    return common.main_process_first(local_rank if local else rank, barrier)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,6 @@
 """The package's shape: one `dpmigrate` namespace, and no framework loaded by importing it."""
 
+import ast
 import subprocess
 import sys
 import zipfile
@@ -21,11 +22,50 @@ def modules_loaded_by(code: str) -> set:
     "import dpmigrate",
     "import dpmigrate.runtime",
     "import dpmigrate.runtime.role, dpmigrate.runtime.strategy, dpmigrate.runtime.atomic",
+    "import dpmigrate.runtime.common, dpmigrate.runtime.role_reader, dpmigrate.runtime.launchers",
+    "import dpmigrate.runtime.contract_check",
     "from dpmigrate.runtime import Role, Strategy, read_role; read_role({})",
 ])
 def test_importing_dpmigrate_loads_no_framework(code):
     loaded = modules_loaded_by(code)
     assert not {m.split(".")[0] for m in loaded} & set(FRAMEWORKS)
+
+
+def runtime_imports() -> dict[str, set[str]]:
+    """For each module of runtime/, the runtime modules it imports, at the top or inside a function."""
+    folder = ROOT / "runtime"
+    modules = {path.stem for path in folder.glob("*.py")}
+    graph = {}
+    for name in modules:
+        imported = set()
+        for node in ast.walk(ast.parse((folder / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                targets = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+                imported |= {t if t in modules else "__init__" for t in targets}
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                full = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                imported |= {f.split(".")[2] for f in full if f.startswith("dpmigrate.runtime.")}
+        graph[name] = imported - {name}
+    return graph
+
+
+def test_runtime_modules_import_each_other_without_a_loop():
+    graph = runtime_imports()
+    assert graph["role_reader"] >= {"role", "launchers"}  # the reader of the graph sees real imports
+    done, path = set(), []
+
+    def visit(module):
+        assert module not in path, f"import loop: {' -> '.join(path[path.index(module):] + [module])}"
+        if module in done:
+            return
+        path.append(module)
+        for imported in sorted(graph.get(module, ())):
+            visit(imported)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
 
 
 def test_cli_help_loads_no_framework():
@@ -49,7 +89,8 @@ def test_the_wheel_holds_dpmigrate_runtime_and_no_top_level_runtime_or_migrate(t
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"dpmigrate"}
     for module in ("dpmigrate/__init__.py", "dpmigrate/runtime/__init__.py", "dpmigrate/runtime/torch.py",
-                   "dpmigrate/runtime/role.py", "dpmigrate/cli.py", "dpmigrate/codemod/engine.py", "dpmigrate/rules/torch/__init__.py"):
+                   "dpmigrate/runtime/role.py", "dpmigrate/runtime/common.py", "dpmigrate/cli.py",
+                   "dpmigrate/codemod/engine.py", "dpmigrate/rules/torch/__init__.py"):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "dpmigrate = dpmigrate.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

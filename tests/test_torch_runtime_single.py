@@ -1,5 +1,6 @@
 """Not launched, the torch runtime starts nothing and behaves exactly like the single-process code."""
 
+import json
 import os
 import signal
 import subprocess
@@ -196,3 +197,50 @@ def test_distributed_optimizer_accumulates_at_world_size_one():
     assert torch.allclose(model.weight, twin.weight, atol=1e-6)
     scheduler.step()
     assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+RESET_PROBE = """
+import json, sys
+import torch, torch.distributed as dist
+import dpmigrate.runtime.torch as dp
+from dpmigrate.runtime import _torch_faults, _torch_model, _torch_teardown
+
+def observe():
+    model.require_backward_grad_sync = True
+    model(torch.ones(1, 2))  # the first of 2 micro-batches: no gradient sync while an optimizer accumulates
+    return {
+        "role": dp._state.role is not None, "strategy": dp._state.strategy != dp.Strategy(),
+        "broken": _torch_faults.job_is_broken(), "our excepthook": sys.excepthook is not original_hook,
+        "wrapped models": len(_torch_model._wrapped_models),
+        "distributed optimizers": len(_torch_model._distributed_optimizers),
+        "syncs gradients": model.require_backward_grad_sync,
+    }
+
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+original_hook = sys.excepthook  # torch's own, installed by init_process_group
+dp.init(dp.Strategy(gradient_accumulation=2))
+model = _torch_model.wrap_model(torch.nn.Linear(2, 1), dp.Strategy(), torch.device("cpu"))  # a real DDP of 1 rank
+optimizer = dp.distributed_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+_torch_faults.PeerMonitor.start(dp.role(), 5.0)  # heartbeat and excepthook on the group's store
+sys.excepthook(RuntimeError, RuntimeError("Connection closed by peer"), None)  # what a lost peer raises
+before = observe()
+dp._reset_for_tests()
+after = observe()
+_torch_teardown.wait_for_idle_gloo_workers()
+dist.destroy_process_group()
+print(json.dumps({"before": before, "after": after}))
+"""
+
+
+def test_reset_for_tests_forgets_every_piece_of_the_backends_state(tmp_path):
+    """In its own process (a real 1-rank gloo group): state set by real calls, then gone after the reset."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    proc = subprocess.run([sys.executable, "-c", RESET_PROBE], env=env, capture_output=True, text=True,
+                          timeout=180, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "RuntimeError: Connection closed by peer" in proc.stderr  # the hook ran, then the diagnosis
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["before"] == {"role": True, "strategy": True, "broken": True, "our excepthook": True,
+                                "wrapped models": 1, "distributed optimizers": 1, "syncs gradients": False}
+    assert result["after"] == {"role": False, "strategy": False, "broken": False, "our excepthook": False,
+                               "wrapped models": 0, "distributed optimizers": 0, "syncs gradients": True}

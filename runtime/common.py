@@ -1,0 +1,94 @@
+"""The parts of the runtime contract that need no framework, written once for every backend.
+
+Each backend (``torch.py``, later ``paddle.py`` and ``tensorflow.py``) keeps the contract's names and
+signatures and passes in what only it knows: the world size, this process's rank, its barrier. So the
+``--batch global`` and ``--scale-lr`` policies, the collective timeout read from ``DPMIGRATE_TIMEOUT``,
+the main-process print, ``main_process_first`` and the contiguous split of ``shard`` behave, and fail,
+identically whatever the framework. Standard library only: importing this module loads no framework.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import math
+import os
+from typing import Callable, Iterator, Mapping
+
+DEFAULT_TIMEOUT_SECONDS = 600.0
+"""Collective timeout when neither ``init(timeout=)`` nor ``DPMIGRATE_TIMEOUT`` says otherwise.
+
+Shorter than torch's 30 minutes so that a lost or diverging rank ends the job within minutes, long
+enough for a rank-0-only evaluation or checkpoint between collectives."""
+
+TIMEOUT_VARIABLE = "DPMIGRATE_TIMEOUT"  # set by `dpmigrate launch --timeout S`
+
+
+def timeout_seconds(timeout: float | None, environ: Mapping[str, str] | None = None) -> float:
+    """The collective timeout: ``init(timeout=)``, else ``DPMIGRATE_TIMEOUT``, else the default."""
+    if timeout is not None:
+        return float(timeout)
+    text = (os.environ if environ is None else environ).get(TIMEOUT_VARIABLE)
+    if not text:
+        return DEFAULT_TIMEOUT_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{TIMEOUT_VARIABLE}={text!r}: give the collective timeout in seconds, e.g. 300")
+    return value
+
+
+def per_rank_batch_size(global_batch_size: int, world_size: int) -> int:
+    """The ``--batch global`` policy: each rank takes B / N, so the global batch stays B."""
+    n = world_size
+    if global_batch_size % n:
+        raise ValueError(
+            f"global batch size {global_batch_size} does not split evenly over {n} processes; "
+            f"pick a multiple of {n} (e.g. {global_batch_size - global_batch_size % n or n}) or convert "
+            "with --batch per-device"
+        )
+    return global_batch_size // n
+
+
+def scale_lr(lr: float, world_size: int, rule: str = "linear") -> float:
+    """The ``--scale-lr`` policy: ``lr * N`` or ``lr * sqrt(N)`` for a global batch N times larger."""
+    if rule == "linear":
+        return lr * world_size
+    if rule == "sqrt":
+        return lr * math.sqrt(world_size)
+    if rule == "none":
+        return lr
+    raise ValueError(f"scale_lr(rule={rule!r}): use 'linear', 'sqrt' or 'none'")
+
+
+def shard_indices(n: int, rank: int, world_size: int) -> tuple[int, int]:
+    """[start, stop) of rank's contiguous share of n items; the first n % world_size ranks take one more."""
+    base, extra = divmod(n, world_size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def print_on_main_process(is_main_process: bool, *args, **kwargs) -> None:
+    """``print`` when this is the main process, so logs are not repeated N times."""
+    if is_main_process:
+        builtins.print(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def main_process_first(rank_in_group: Callable[[], int], barrier: Callable[[], None]) -> Iterator[None]:
+    """Run the block on rank 0 of the group first, then on the others; every rank passes one barrier.
+
+    ``rank_in_group`` is read on entering the block: the local rank for "first on each node", the
+    global rank for "first in the job". For downloads and caches: the first process fills the cache,
+    the others find it full.
+    """
+    first = rank_in_group() == 0
+    if not first:
+        barrier()
+    try:
+        yield
+    finally:
+        if first:
+            barrier()
