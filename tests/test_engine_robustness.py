@@ -41,8 +41,8 @@ def test_torch_save_with_keyword_arguments_keeps_them_and_the_file_becomes_a_pat
         ''', f'''\
         import torch
         {IMPORT}
-        dp.save(obj={{"a": 1}}, f="x.pt")
-        dp.save(obj={{"b": 2}}, f="y.pt", pickle_protocol=4)
+        dp.save(obj={{"a": 1}}, path="x.pt")
+        dp.save(obj={{"b": 2}}, path="y.pt", pickle_protocol=4)
         ''', select=("distributed-save",))
 
 

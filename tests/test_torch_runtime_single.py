@@ -244,3 +244,10 @@ def test_reset_for_tests_forgets_every_piece_of_the_backends_state(tmp_path):
                                 "wrapped models": 1, "distributed optimizers": 1, "syncs gradients": False}
     assert result["after"] == {"role": False, "strategy": False, "broken": False, "our excepthook": False,
                                "wrapped models": 0, "distributed optimizers": 0, "syncs gradients": True}
+
+
+def test_save_takes_what_the_converted_torch_save_passes(tmp_path):
+    """``torch.save(obj=..., f=..., pickle_protocol=2)`` is converted to ``dp.save(obj=..., path=..., ...)``."""
+    target = tmp_path / "keywords.pt"
+    dp.save(obj={"w": torch.ones(2)}, path=str(target), pickle_protocol=2)
+    assert torch.equal(torch.load(target, weights_only=True)["w"], torch.ones(2))

@@ -56,7 +56,7 @@ class DistributedSave(Rule):
         if opened is not None:
             self._save_to_path(node, *opened)
             return
-        self.ctx.plan.replace(node, lambda updated: updated.with_changes(func=self._dp_save()))
+        self.ctx.plan.replace(node, lambda updated: updated.with_changes(func=self._dp_save(), args=_path_keyword(updated)))
         self.report(node, "change", "torch.save -> dp.save: rank 0 writes atomically, then all ranks meet "
                     "(every rank must reach this line)")
 
@@ -99,7 +99,7 @@ class DistributedSave(Rule):
             handle = _argument(save, 1, "f")
             target = updated.items[0].item.args[0].value
             args = [a.with_changes(value=target) if a is handle else a for a in save.args]  # other arguments kept
-            call = save.with_changes(func=self._dp_save(), args=args)
+            call = save.with_changes(func=self._dp_save(), args=_path_keyword(save.with_changes(args=args)))
             return cst.SimpleStatementLine([cst.Expr(call)], leading_lines=updated.leading_lines)
 
         self.ctx.plan.replace(with_statement, rewrite)
@@ -113,3 +113,9 @@ def _argument(call: cst.Call, position: int, keyword: str) -> cst.Arg | None:
     if len(positional) > position:
         return positional[position]
     return next((a for a in call.args if a.keyword is not None and a.keyword.value == keyword), None)
+
+
+def _path_keyword(call: cst.Call) -> list[cst.Arg]:
+    """``torch.save``'s ``f=`` is the runtime's ``path=`` (the contract's name in every backend)."""
+    return [a.with_changes(keyword=cst.Name("path")) if a.keyword is not None and a.keyword.value == "f" else a
+            for a in call.args]
