@@ -94,7 +94,7 @@ def _detection_findings(detection: Detection, path: str, options: Options) -> li
 
 def _run_rules(ctx: Context, *, convert: bool) -> None:
     for rule_class in all_rules():
-        if not (convert or rule_class.checks_only):
+        if not (convert or rule_class.checks_only) or not ctx.options.runs(rule_class.name):
             continue
         try:
             rule_class(ctx).run()

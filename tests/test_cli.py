@@ -182,7 +182,8 @@ def test_latin1_bytes_without_a_coding_comment_exit_2_as_not_utf8(tmp_path, caps
 
 def test_latin1_with_a_coding_comment_is_converted_in_its_encoding(tmp_path):
     def latin1(script: bytes, after_imports: bytes) -> bytes:
-        return b"# -*- coding: latin-1 -*-\n" + script.replace(after_imports, after_imports + b'\nAUTHOR = "Jos\xe9"\n', 1)
+        author = b'\nAUTHOR = "Jos\xe9"\n'
+        return b"# -*- coding: latin-1 -*-\n" + script.replace(after_imports, after_imports + author, 1)
 
     script = write(tmp_path / "latin.py", latin1(TORCH_SCRIPT, b"TensorDataset\n"))
     assert main([str(script)]) == 1
@@ -364,7 +365,8 @@ def test_json_report_lists_files_findings_and_summary(tmp_path, capsys):
     assert (failure["line"], failure["col"]) == (3, 1) and failure["reason"].startswith("does not parse: ")
     assert [(f["path"], f["line"], f["col"], f["rule"], f["severity"]) for f in report["findings"]] == [
         (str(script), line, col, rule, "change")
-        for (line, col), rule in zip([(7, 5), (7, 14), (9, 14), (10, 5), (11, 17), (19, 9), (20, 5)], TORCH_SCRIPT_RULES)]
+        for (line, col), rule in zip([(7, 5), (7, 14), (9, 14), (10, 5), (11, 17), (19, 9), (20, 5)],
+                                     TORCH_SCRIPT_RULES)]
     assert report["findings"][4]["message"] == "SGD(...) -> dp.distributed_optimizer(...)"
 
 
@@ -428,7 +430,8 @@ def test_launch_is_dispatched_to_the_launcher(capsys):
 
 def test_python_dash_m_runs_the_same_command(tmp_path):
     script = write(tmp_path / "util.py", PLAIN_SCRIPT)
-    version = subprocess.run([sys.executable, "-m", "dpmigrate", "--version"], capture_output=True, text=True, check=True)
+    version = subprocess.run([sys.executable, "-m", "dpmigrate", "--version"],
+                             capture_output=True, text=True, check=True)
     assert version.stdout.startswith("dpmigrate ")
     proc = subprocess.run([sys.executable, "-m", "dpmigrate", "--check", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

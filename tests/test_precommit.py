@@ -152,3 +152,13 @@ def test_hook_on_a_file_that_does_not_parse_fails_with_exit_2_and_leaves_it(tmp_
     assert error.startswith("broken.py:3:1: error: does not parse: "), run.output
     assert summary == "1 file, 0 changed, 0 changes, 0 declined, 0 errors, 1 not converted"
     assert (target / "broken.py").read_bytes() == BROKEN_TORCH
+
+
+def test_hooks_skip_what_the_projects_config_excludes(tmp_path, hook_repo):
+    files = {"pyproject.toml": b'[tool.dpmigrate]\nexclude = ["legacy_*.py"]\n', "legacy_train.py": TORCH_SCRIPT,
+             "converted.py": CONVERTED_SCRIPT}
+    target = project(tmp_path, files)
+    run = run_hook(hook_repo, target, "dpmigrate")  # pre-commit names legacy_train.py; --force-exclude skips it
+    assert (run.status, run.exit_code, run.modified_files) == ("Passed", 0, False)
+    assert run.output == f"{converted_script_note('converted.py')}\n{UNCHANGED_SUMMARY}\n"
+    assert {name: (target / name).read_bytes() for name in files} == files
