@@ -4,9 +4,11 @@ Modelled on pyupgrade's command line, so that it behaves in pre-commit as users 
 ``main(argv=None) -> int``; ``Rewriting PATH`` on stderr for each file written; exit 0 when
 nothing changes, 1 when a file changed (or would change, or holds rank-divergent code that is
 reported as an error), 2 when a file could not be converted or written (it is then left
-byte-identical, and its path, line and reason are printed). ``dpmigrate launch ...`` is the
-launcher (``dpmigrate.launch``). Importing this module loads no framework and no libcst: the
-engine is imported only when a file is converted.
+byte-identical, and its path, line and reason are printed). Like ruff and black it also reads a
+script from standard input (``dpmigrate -``, for editors), runs only some rules (``--select``,
+``--ignore``) and takes a project's defaults from ``[tool.dpmigrate]`` (``config.py``), flags
+winning. ``dpmigrate launch ...`` is the launcher (``dpmigrate.launch``). Importing this module
+loads no framework and no libcst: the engine is imported only when a file is converted.
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ import inspect
 import io
 import os
 import sys
-import time
 import traceback
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
 from . import __version__
-from .files import NotText, PathError, Source, check_text, discover
+from .config import CHOICES, Config, ConfigError
+from .config import load as load_config
+from .files import Exclude, NotText, PathError, Source, check_text, discover
 from .findings import Conversion, ConversionError, Options
+from .progress import Progress, is_terminal
 from .report import Failure, FileResult, render_json, render_text
 from .writing import WriteError, check_replaceable, write_atomic
 
@@ -47,12 +51,18 @@ def convert_path(path: str, options: Options) -> Outcome:
     try:
         with open(path, "rb") as handle:
             source = handle.read()
+    except OSError as exc:
+        return Outcome(path, failure=Failure(f"cannot be read: {exc.strerror or exc}"))
+    return convert_source(source, path, options)
+
+
+def convert_source(source: bytes, path: str, options: Options) -> Outcome:
+    """Convert the bytes of one script, shown to the user as ``path``."""
+    try:
         encoding = check_text(source)
         from .codemod.engine import convert  # libcst is loaded by the first file, never by --help
 
         return Outcome(path, convert(source, path, options), encoding)
-    except OSError as exc:
-        return Outcome(path, failure=Failure(f"cannot be read: {exc.strerror or exc}"))
     except NotText as exc:
         return Outcome(path, failure=Failure(exc.reason, exc.line, exc.col))
     except ConversionError as exc:
@@ -71,18 +81,29 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 nothing to change, 1 changed or would change (or rank-divergent code found), "
                "2 a file could not be converted or written.",
     )
-    parser.add_argument("paths", nargs="*", metavar="PATH", help="files, or folders to search for *.py")
+    parser.add_argument("paths", nargs="*", metavar="PATH",
+                        help="files, or folders to search for *.py; `-` reads one script from stdin and writes the "
+                             "converted one to stdout")
     what = parser.add_argument_group("what to do (default: rewrite the files in place)")
     what.add_argument("--diff", action="store_true", help="print a unified diff; write nothing")
     what.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything would change")
     what.add_argument("-o", "--output-dir", metavar="DIR", help="write converted copies under DIR, mirroring the tree")
-    policy = parser.add_argument_group("conversion policy")
-    policy.add_argument("--framework", choices=["auto", "torch", "tensorflow", "paddle"], default="auto")
-    policy.add_argument("--batch", choices=["per-device", "global"], default="per-device",
+    what.add_argument("--stdin-filename", metavar="PATH",
+                      help="with `-`: the script's path, for the report and for finding pyproject.toml")
+    what.add_argument("--force-exclude", action="store_true",
+                      help="apply [tool.dpmigrate] exclude to the paths named on the command line too "
+                           "(as pre-commit names every file)")
+    policy = parser.add_argument_group("conversion policy (defaults from [tool.dpmigrate] in pyproject.toml)")
+    policy.add_argument("--framework", choices=CHOICES["framework"], help="default: auto")
+    policy.add_argument("--batch", choices=CHOICES["batch"],
                         help="per-device: each rank keeps the batch size (global batch grows N times); "
-                             "global: each rank takes B/N (default: %(default)s)")
-    policy.add_argument("--scale-lr", choices=["none", "linear", "sqrt"], default="none",
-                        help="scale the learning rate with the world size (default: %(default)s)")
+                             "global: each rank takes B/N (default: per-device)")
+    policy.add_argument("--scale-lr", choices=CHOICES["scale-lr"],
+                        help="scale the learning rate with the world size (default: none)")
+    policy.add_argument("--select", action="append", metavar="RULE[,RULE...]",
+                        help="run only these rules (see --list-rules); replaces the configured select")
+    policy.add_argument("--ignore", action="append", metavar="RULE[,RULE...]",
+                        help="never run these rules, even if selected; replaces the configured ignore")
     out = parser.add_argument_group("output")
     out.add_argument("--report", choices=["text", "json", "sarif"], default="text",
                      help="text goes to stderr, json and sarif to stdout, unless --report-file is given")
@@ -109,38 +130,120 @@ def main(argv: Sequence[str] | None = None) -> int:
     _validate(parser, args)
     mode = "copy" if args.output_dir else "diff" if args.diff else "check" if args.check else "write"
     try:
-        sources = discover(args.paths)
+        config = load_config(_config_folder(args))
+        options = _options(parser, args, config)
+    except ConfigError as exc:
+        print(f"dpmigrate: error: {exc}", file=sys.stderr)
+        return 2
+    exclude = Exclude(config.root, config.exclude)
+    color = args.color == "always" or (
+        args.color == "auto" and is_terminal(sys.stdout) and not os.environ.get("NO_COLOR"))
+    if args.paths == ["-"]:
+        return _convert_stdin(args, options, exclude, mode, color)
+    try:
+        sources = discover(args.paths, exclude, args.force_exclude)
     except PathError as exc:
         print(f"dpmigrate: error: {exc}", file=sys.stderr)
         return 2
     if args.output_dir and (clash := _clashing_copies(sources)):
         print(f"dpmigrate: error: -o {args.output_dir}: {clash}; convert them in separate runs", file=sys.stderr)
         return 2
-    options = Options(framework=args.framework, batch=args.batch, scale_lr=args.scale_lr)
-    color = args.color == "always" or (args.color == "auto" and _is_terminal(sys.stdout) and not os.environ.get("NO_COLOR"))
     results = []
-    with _Progress(len(sources), sys.stderr) as progress:
+    with Progress(len(sources), sys.stderr) as progress:
         for source, outcome in zip(sources, _convert_all(sources, options, args.jobs)):
             result = _apply(source, outcome, args, color, progress)
             if result.failure:
                 progress.say(result.failure_line())
             results.append(result)
             progress.advance()
-    reported = _write_report(results, args, mode)
+    return _exit_code(results, reported=_write_report(results, args, mode))
+
+
+def _exit_code(results: Sequence[FileResult], reported: bool) -> int:
     if not reported or any(r.failure for r in results):
         return 2
     return int(any(r.changed or any(f.severity == "error" for f in r.findings) for r in results))
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    stdin = "-" in args.paths
     if not args.paths:
         parser.error("no PATH given: name the scripts or folders to convert, e.g. `dpmigrate train.py`")
+    if stdin and len(args.paths) > 1:
+        parser.error("`-` reads one script from stdin; it cannot be combined with other paths "
+                     f"({' '.join(args.paths)})")
+    if args.stdin_filename and not stdin:
+        parser.error("--stdin-filename names the script read from stdin: add `-` as the PATH")
+    if stdin and args.output_dir:
+        parser.error("with `-` the converted script goes to stdout; -o/--output-dir writes files: drop one")
     if args.output_dir and (args.check or args.diff):
         parser.error("-o/--output-dir writes copies; --check and --diff write nothing: choose one")
-    if args.diff and args.report in ("json", "sarif") and not args.report_file:
-        parser.error(f"--diff and --report {args.report} would both go to stdout: add --report-file FILE")
+    if args.report in ("json", "sarif") and not args.report_file:
+        if args.diff:
+            parser.error(f"--diff and --report {args.report} would both go to stdout: add --report-file FILE")
+        if stdin and not args.check:
+            parser.error(f"with `-` the converted script and --report {args.report} would both go to stdout: "
+                         "add --report-file FILE")
     if args.jobs < 0:
         parser.error(f"-j/--jobs must be 0 (one per CPU) or more, got {args.jobs}")
+
+
+def _config_folder(args: argparse.Namespace) -> str:
+    """Where the search for pyproject.toml starts: here, or for `-` the folder --stdin-filename names (editors)."""
+    if args.paths == ["-"] and args.stdin_filename:
+        return os.path.dirname(os.path.abspath(args.stdin_filename))
+    return os.getcwd()
+
+
+def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, config: Config) -> Options:
+    """Flags over ``[tool.dpmigrate]`` over the defaults; rule names must be names of rules the engine runs."""
+    chosen = {}
+    for key in ("select", "ignore"):
+        given = getattr(args, key)  # every --select/--ignore value, each maybe comma-separated; None if absent
+        names = tuple(n.strip() for value in given or () for n in value.split(",") if n.strip())
+        if given is not None and not names:
+            parser.error(f"--{key} needs a rule name (see --list-rules)")
+        if given is None:
+            names = getattr(config, key) or ()
+        known = _rule_names() if names else []
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            message = (f"unknown rule{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                       f"the rules are: {', '.join(known)}")
+            if given is not None:
+                parser.error(f"--{key}: {message}")
+            raise ConfigError(f"{config.path}: [tool.dpmigrate] {key}: {message}")
+        chosen[key] = names
+    return Options(framework=args.framework or config.framework or "auto",
+                   batch=args.batch or config.batch or "per-device",
+                   scale_lr=args.scale_lr or config.scale_lr or "none", **chosen)
+
+
+def _convert_stdin(args: argparse.Namespace, options: Options, exclude: Exclude, mode: str, color: bool) -> int:
+    """``dpmigrate -``: the script on stdin; the converted script (or only the diff) on stdout; the report on stderr.
+
+    Unchanged input, and input that cannot be converted, is echoed byte for byte, so that an editor
+    or a pipe never receives less than it sent.
+    """
+    source = sys.stdin.buffer.read()
+    path = args.stdin_filename or "-"
+    output, results = source, []
+    if not (args.force_exclude and args.stdin_filename and exclude.excludes(path, False, or_its_folders=True)):
+        outcome = convert_source(source, path, options)
+        conversion = outcome.conversion
+        if conversion is None:
+            results.append(FileResult(path, failure=outcome.failure))
+            print(results[-1].failure_line(), file=sys.stderr, flush=True)
+        else:
+            results.append(FileResult(path, conversion.changed, conversion.framework, conversion.findings))
+            output = conversion.output
+            if args.diff and conversion.changed:
+                _emit(sys.stdout, _diff(conversion, outcome.encoding, color))
+    if mode == "write":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(output)
+        sys.stdout.buffer.flush()
+    return _exit_code(results, reported=_write_report(results, args, mode))
 
 
 def _clashing_copies(sources: Sequence[Source]) -> str | None:
@@ -165,7 +268,7 @@ def _convert_all(sources: Sequence[Source], options: Options, jobs: int) -> Iter
         yield from pool.map(worker, paths, chunksize=max(1, len(paths) // (jobs * 8)))
 
 
-def _apply(source: Source, outcome: Outcome, args: argparse.Namespace, color: bool, progress: _Progress) -> FileResult:
+def _apply(source: Source, outcome: Outcome, args: argparse.Namespace, color: bool, progress: Progress) -> FileResult:
     """Show, write or copy one converted file, as the mode says; reduce it to a small FileResult."""
     conversion = outcome.conversion
     if conversion is None:
@@ -201,7 +304,8 @@ def _diff(conversion: Conversion, encoding: str, color: bool) -> str:
         if not line.endswith("\n"):
             line += "\n\\ No newline at end of file\n"
         if color:
-            code = "1" if line[:3] in ("---", "+++") else "36" if line[:2] == "@@" else {"-": "31", "+": "32"}.get(line[:1])
+            code = ("1" if line[:3] in ("---", "+++") else "36" if line[:2] == "@@"
+                    else {"-": "31", "+": "32"}.get(line[:1]))
             if code:
                 body = line.rstrip("\r\n")
                 line = f"\033[{code}m{body}\033[0m{line[len(body):]}"
@@ -232,11 +336,20 @@ def _write_report(results: list[FileResult], args: argparse.Namespace, mode: str
     return True
 
 
-def _rule_catalog() -> list[tuple[str, str]]:
-    """(name, docstring) of every rule the engine runs."""
+def _rules() -> list:
+    """Every rule class the engine runs, in its order: the one place the CLI learns them."""
     from .rules import all_rules
 
-    return [(rule.name, inspect.cleandoc(rule.__doc__ or rule.name)) for rule in all_rules()]
+    return all_rules()
+
+
+def _rule_names() -> list[str]:
+    return [rule.name for rule in _rules()]
+
+
+def _rule_catalog() -> list[tuple[str, str]]:
+    """(name, docstring) of every rule the engine runs."""
+    return [(rule.name, inspect.cleandoc(rule.__doc__ or rule.name)) for rule in _rules()]
 
 
 def _list_rules() -> int:
@@ -254,50 +367,3 @@ def _emit(stream: TextIO, text: str) -> None:
     except UnicodeEncodeError:
         stream.write(text.encode(stream.encoding or "ascii", "backslashreplace").decode(stream.encoding or "ascii"))
     stream.flush()
-
-
-def _is_terminal(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-class _Progress:
-    """A one-line bar on stderr for large trees, only when stderr is a terminal (never in logs or pre-commit)."""
-
-    THRESHOLD = 50
-
-    def __init__(self, total: int, stream: TextIO):
-        self.total, self.stream, self.done, self.drawn = total, stream, 0, 0.0
-        self.active = total >= self.THRESHOLD and _is_terminal(stream) and os.environ.get("TERM") != "dumb"
-
-    def __enter__(self) -> _Progress:
-        self._draw()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.clear()
-
-    def advance(self) -> None:
-        self.done += 1
-        self._draw()
-
-    def say(self, message: str) -> None:
-        """Print a line above the bar."""
-        self.clear()
-        print(message, file=self.stream, flush=True)
-        self.drawn = 0.0
-        self._draw()
-
-    def clear(self) -> None:
-        if self.active:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
-
-    def _draw(self) -> None:
-        if self.active and (self.done in (0, self.total) or time.monotonic() - self.drawn > 0.1):
-            self.drawn = time.monotonic()
-            filled = 30 * self.done // max(self.total, 1)
-            self.stream.write(f"\rdpmigrate [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} files")
-            self.stream.flush()

@@ -4,8 +4,10 @@ Directories are walked for ``*.py`` the way a user expects from a formatter: hid
 (``.git``, ``.venv``, ``.tox``...), virtual environments (a folder holding ``pyvenv.cfg``) and
 whatever git ignores are skipped, so ``dpmigrate .`` never rewrites a vendored dependency or a
 build output. Inside a git work tree git itself answers (``git check-ignore --stdin``, one call
-per level of the tree); outside one, a small reader of ``.gitignore`` files does. A file named
-on the command line is always converted, whatever its name.
+per level of the tree); outside one, a small reader of ``.gitignore`` files does. A project's
+``exclude`` patterns (``[tool.dpmigrate]``, same syntax) prune the walk too. A file named on the
+command line is always converted, whatever its name, unless ``--force-exclude`` asks that the
+patterns apply to it as well (as ruff does, for pre-commit, which names every file).
 """
 
 from __future__ import annotations
@@ -39,13 +41,47 @@ class NotText(Exception):
         self.reason, self.line, self.col = reason, line, col
 
 
-def discover(paths: Sequence[str]) -> list[Source]:
-    """Every file to convert under ``paths``, in a stable order: arguments as given, trees sorted."""
+class Exclude:
+    """A project's ``exclude`` patterns: .gitignore syntax, relative to ``root`` (the pyproject.toml's folder)."""
+
+    def __init__(self, root: str, patterns: Sequence[str] = ()):
+        self.root = os.path.abspath(root)
+        self.patterns = tuple(patterns)
+        self._rules = [rule for rule in map(_parse_gitignore_line, patterns) if rule]
+
+    def __bool__(self) -> bool:
+        return bool(self._rules)
+
+    def excludes(self, path: str, is_dir: bool, *, or_its_folders: bool = False) -> bool:
+        """Whether a pattern names ``path`` (or, if asked, a folder holding it); paths outside ``root`` never."""
+        relative = os.path.relpath(os.path.abspath(path), self.root).replace(os.sep, "/")
+        if relative == "." or relative == ".." or relative.startswith("../"):
+            return False
+        parts = relative.split("/")
+        levels = range(1, len(parts) + 1) if or_its_folders else [len(parts)]
+        return any(self._matches("/".join(parts[:n]), is_dir or n < len(parts)) for n in levels)
+
+    def _matches(self, relative: str, is_dir: bool) -> bool:
+        verdict = False  # the last matching pattern wins, so `!keep.py` can take a file back
+        for regex, negate, dir_only in self._rules:
+            if (is_dir or not dir_only) and regex.fullmatch(relative):
+                verdict = not negate
+        return verdict
+
+
+def discover(paths: Sequence[str], exclude: Exclude | None = None, force_exclude: bool = False) -> list[Source]:
+    """Every file to convert under ``paths``, in a stable order: arguments as given, trees sorted.
+
+    ``exclude`` prunes folder walks; with ``force_exclude`` it also drops the paths named in ``paths``.
+    """
+    exclude = exclude or Exclude(os.curdir)
     found: list[Source] = []
     seen: set[str] = set()
     for arg in paths:
+        if force_exclude and exclude.excludes(arg, os.path.isdir(arg), or_its_folders=True):
+            continue
         if os.path.isdir(arg):
-            candidates: Iterable[Source] = _walk(arg)
+            candidates: Iterable[Source] = _walk(arg, exclude)
         elif os.path.exists(arg):
             candidates = [Source(arg, os.path.basename(arg))]
         else:
@@ -58,7 +94,7 @@ def discover(paths: Sequence[str]) -> list[Source]:
     return found
 
 
-def _walk(root: str) -> list[Source]:
+def _walk(root: str, exclude: Exclude) -> list[Source]:
     """The ``*.py`` files under ``root``, level by level so that git is asked once per level."""
     found: list[Source] = []
     level = [(root, _oracle_for(root))]
@@ -72,6 +108,8 @@ def _walk(root: str) -> list[Source]:
                 continue  # unreadable folder: nothing of it can be converted, nor broken
             for entry in entries:
                 if entry.name.startswith(".") or entry.is_symlink():
+                    continue
+                if exclude and exclude.excludes(entry.path, entry.is_dir()):
                     continue
                 if entry.is_dir():
                     if not os.path.exists(os.path.join(entry.path, "pyvenv.cfg")):
@@ -241,7 +279,8 @@ def check_text(source: bytes) -> str:
         byte = source[exc.start:exc.start + 1].hex()
         if encoding in ("utf-8", "utf-8-sig"):
             reason = (f"is not UTF-8: byte 0x{byte} cannot be decoded and the file declares no other encoding; "
-                      "save it as UTF-8, or name its encoding on the first or second line, e.g. `# -*- coding: latin-1 -*-`")
+                      "save it as UTF-8, or name its encoding on the first or second line, "
+                      "e.g. `# -*- coding: latin-1 -*-`")
         else:
             reason = (f"is not valid {encoding}, the encoding its coding comment declares: byte 0x{byte} cannot be "
                       "decoded; fix the declaration or re-save the file in that encoding")

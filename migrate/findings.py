@@ -16,13 +16,21 @@ FrameworkChoice = Literal["auto", "torch", "tensorflow", "paddle"]
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """What the user chose on the command line; every rule reads the same object."""
+    """What the user chose (command line over ``[tool.dpmigrate]``); every rule reads the same object.
+
+    ``select`` and ``ignore`` hold rule names (``dpmigrate --list-rules``): an empty ``select``
+    runs every rule; a rule in ``ignore`` never runs, even when selected.
+    """
 
     framework: FrameworkChoice = "auto"
     batch: BatchPolicy = "per-device"
     scale_lr: LrPolicy = "none"
     select: tuple[str, ...] = ()  # run only these rules (empty: every rule)
     ignore: tuple[str, ...] = ()  # never run these rules
+
+    def runs(self, rule: str) -> bool:
+        """Whether the rule named ``rule`` is to run under this selection."""
+        return (not self.select or rule in self.select) and rule not in self.ignore
 
 
 @dataclasses.dataclass(frozen=True)

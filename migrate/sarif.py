@@ -19,7 +19,8 @@ from .report import FileResult, ordered
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVELS = {"error": "error", "declined": "warning", "change": "note", "note": "note"}
-NOT_CONVERTED = ("not-converted", "The file could not be converted: it does not parse, is not text, or cannot be written.")
+NOT_CONVERTED = ("not-converted",
+                 "The file could not be converted: it does not parse, is not text, or cannot be written.")
 
 
 def render_sarif(results: Sequence[FileResult], catalog: Sequence[tuple[str, str]], root: str | None = None) -> str:

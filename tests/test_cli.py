@@ -1,7 +1,7 @@
 """The command line: modes, exit codes, what is written (atomically, byte for byte) and what is not.
 
-Expectations are taken from ``dpmigrate.codemod.engine.convert`` on the same bytes, so these tests say
-what the CLI does with a conversion, and hold whatever the rules convert.
+Expectations are literal (``cli_samples``): the exact bytes a conversion writes, the exact diff
+and report lines, the exact exit code; a rule that stops converting fails these tests.
 """
 
 from __future__ import annotations
@@ -11,60 +11,27 @@ import os
 import stat
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from cli_samples import (
+    BROKEN_TORCH,
+    CONVERTED_SCRIPT,
+    DIFF_HUNKS,
+    PLAIN_SCRIPT,
+    RANK_DIVERGENT,
+    TORCH_SCRIPT,
+    TORCH_SCRIPT_RULES,
+    TORCH_SCRIPT_SUMMARY,
+    UNCHANGED_SUMMARY,
+    converted_script_note,
+    rank_divergent_report,
+    torch_script_report,
+)
 
 from dpmigrate.cli import main
-from dpmigrate.codemod.engine import convert
 from dpmigrate.files import discover
-from dpmigrate.findings import Options
-
-TORCH_SCRIPT = textwrap.dedent('''\
-    import torch
-    from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
-
-
-    def main():
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
-        loader = DataLoader(data, batch_size=8, shuffle=True)
-        model = nn.Linear(4, 1).to(device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for epoch in range(2):
-            for x, y in loader:
-                x, y = x.to(device), y.to(device)
-                optimizer.zero_grad()
-                loss = nn.functional.mse_loss(model(x), y)
-                loss.backward()
-                optimizer.step()
-            print(f"epoch {epoch} loss {loss.item():.4f}")
-        torch.save(model.state_dict(), "model.pt")
-
-
-    if __name__ == "__main__":
-        main()
-    ''').encode()
-
-PLAIN_SCRIPT = b'import json\n\n\ndef load(path):\n    with open(path) as f:\n        return json.load(f)\n'
-BROKEN_TORCH = b"import torch\n\nx = torch.ones(\n"
-
-
-def expected(path: Path, source: bytes | None = None, **options):
-    """What the engine makes of this file: the reference every CLI outcome is compared with."""
-    source = path.read_bytes() if source is None else source
-    return convert(source, str(path), Options(**options))
-
-
-def expected_code(*conversions) -> int:
-    return int(any(c.changed or c.has_errors for c in conversions))
-
-
-def needs_a_change(conversion) -> None:
-    if not conversion.changed:
-        pytest.skip("the engine does not change this script yet (its rules have not landed)")
+from dpmigrate.rules import all_rules
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -79,21 +46,21 @@ def leftovers(folder: Path) -> list[Path]:
 
 # --- modes and exit codes -------------------------------------------------------------------------
 
-def test_rewrites_in_place_with_exactly_the_engines_bytes(tmp_path, capsys):
+def test_rewrites_in_place_exits_1_and_reports_every_change(tmp_path, capsys):
     script = write(tmp_path / "train.py", TORCH_SCRIPT)
-    conversion = expected(script)
-    assert main([str(script)]) == expected_code(conversion)
-    assert script.read_bytes() == conversion.output
-    err = capsys.readouterr().err
-    assert (f"Rewriting {script}" in err) == conversion.changed
+    assert main([str(script)]) == 1
+    assert script.read_bytes() == CONVERTED_SCRIPT
+    assert capsys.readouterr().err.splitlines() == [
+        f"Rewriting {script}", *torch_script_report(str(script)), TORCH_SCRIPT_SUMMARY]
 
 
-def test_second_run_changes_nothing(tmp_path):
+def test_second_run_changes_nothing_and_exits_0(tmp_path, capsys):
     script = write(tmp_path / "train.py", TORCH_SCRIPT)
-    main([str(script)])
-    once = script.read_bytes()
-    assert main([str(script)]) == int(expected(script).has_errors)
-    assert script.read_bytes() == once
+    assert main([str(script)]) == 1
+    capsys.readouterr()
+    assert main([str(script)]) == 0
+    assert script.read_bytes() == CONVERTED_SCRIPT
+    assert capsys.readouterr().err.splitlines() == [converted_script_note(str(script)), UNCHANGED_SUMMARY]
 
 
 def test_file_without_a_framework_is_untouched_and_exits_0(tmp_path, capsys):
@@ -102,45 +69,48 @@ def test_file_without_a_framework_is_untouched_and_exits_0(tmp_path, capsys):
     assert main([str(script)]) == 0
     assert script.read_bytes() == PLAIN_SCRIPT
     assert os.stat(script).st_mtime_ns == before.st_mtime_ns
-    assert "1 file, 0 changed, 0 changes, 0 declined, 0 errors" in capsys.readouterr().err
+    assert capsys.readouterr().err == UNCHANGED_SUMMARY + "\n"
 
 
 def test_check_writes_nothing_and_exits_1_when_a_file_would_change(tmp_path, capsys):
     script = write(tmp_path / "train.py", TORCH_SCRIPT)
-    assert main(["--check", str(script)]) == expected_code(expected(script))
+    assert main(["--check", str(script)]) == 1
     assert script.read_bytes() == TORCH_SCRIPT
-    assert "Rewriting" not in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [*torch_script_report(str(script)), TORCH_SCRIPT_SUMMARY]
+    assert captured.out == ""
 
 
-def test_check_fails_on_rank_divergent_code_even_without_a_change(tmp_path):
-    script = write(tmp_path / "eval.py", b"import torch.distributed as dist\n\nif dist.get_rank() == 0:\n    dist.barrier()\n")
-    conversion = expected(script)
-    assert main(["--check", str(script)]) == expected_code(conversion)
-    assert script.read_bytes() == conversion.original
+def test_check_passes_a_converted_script(tmp_path, capsys):
+    script = write(tmp_path / "train.py", CONVERTED_SCRIPT)
+    assert main(["--check", str(script)]) == 0
+    assert capsys.readouterr().err.splitlines() == [converted_script_note(str(script)), UNCHANGED_SUMMARY]
+
+
+def test_check_fails_on_rank_divergent_code_even_without_a_change(tmp_path, capsys):
+    script = write(tmp_path / "eval.py", RANK_DIVERGENT)
+    assert main(["--check", str(script)]) == 1
+    assert script.read_bytes() == RANK_DIVERGENT
+    assert capsys.readouterr().err.splitlines() == rank_divergent_report(str(script))
 
 
 def test_diff_prints_the_conversion_and_writes_nothing(tmp_path, capsys):
     script = write(tmp_path / "train.py", TORCH_SCRIPT)
-    conversion = expected(script)
-    needs_a_change(conversion)
     assert main(["--diff", "--color", "never", str(script)]) == 1
-    out = capsys.readouterr().out
-    assert out.startswith(f"--- {script}\n+++ {script}\n@@ ")
-    removed = [line[1:] for line in out.splitlines()[2:] if line.startswith("-")]
-    added = [line[1:] for line in out.splitlines()[2:] if line.startswith("+")]
-    assert set(removed) <= set(conversion.original.decode().splitlines())
-    assert set(added) <= set(conversion.output.decode().splitlines())
-    assert added, "a change must show at least one new line"
+    assert capsys.readouterr().out == f"--- {script}\n+++ {script}\n" + DIFF_HUNKS
     assert script.read_bytes() == TORCH_SCRIPT
 
 
 def test_diff_is_colored_only_when_asked(tmp_path, capsys):
     script = write(tmp_path / "train.py", TORCH_SCRIPT)
-    needs_a_change(expected(script))
     main(["--diff", "--color", "always", str(script)])
-    assert "\033[32m+" in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == [f"\033[1m--- {script}\033[0m", f"\033[1m+++ {script}\033[0m", "\033[36m@@ -1,14 +1,17 @@\033[0m"]
+    assert "\033[32m+    dp.init()\033[0m" in out
+    assert '\033[31m-    torch.save(model.state_dict(), "model.pt")\033[0m' in out
+    assert " import torch" in out  # context lines stay plain
     main(["--diff", str(script)])  # auto: captured stdout is not a terminal
-    assert "\033[" not in capsys.readouterr().out
+    assert capsys.readouterr().out == f"--- {script}\n+++ {script}\n" + DIFF_HUNKS
 
 
 def test_diff_of_an_unchanged_file_is_empty(tmp_path, capsys):
@@ -149,16 +119,16 @@ def test_diff_of_an_unchanged_file_is_empty(tmp_path, capsys):
     assert capsys.readouterr().out == ""
 
 
-def test_output_dir_mirrors_the_tree_and_leaves_the_sources(tmp_path):
+def test_output_dir_mirrors_the_tree_and_leaves_the_sources(tmp_path, capsys):
     src = tmp_path / "src"
     train = write(src / "a" / "train.py", TORCH_SCRIPT)
     util = write(src / "b" / "sub" / "util.py", PLAIN_SCRIPT)
     out = tmp_path / "out"
-    code = main(["-o", str(out), str(src)])
-    assert code == expected_code(expected(train), expected(util))
-    assert (out / "a" / "train.py").read_bytes() == expected(train).output
+    assert main(["-o", str(out), str(src)]) == 1
+    assert (out / "a" / "train.py").read_bytes() == CONVERTED_SCRIPT
     assert (out / "b" / "sub" / "util.py").read_bytes() == PLAIN_SCRIPT
     assert train.read_bytes() == TORCH_SCRIPT and util.read_bytes() == PLAIN_SCRIPT
+    assert capsys.readouterr().err.splitlines()[0] == f"Rewriting {train} -> {out / 'a' / 'train.py'}"
 
 
 def test_output_dir_refuses_two_inputs_with_one_copy(tmp_path, capsys):
@@ -211,12 +181,13 @@ def test_latin1_bytes_without_a_coding_comment_exit_2_as_not_utf8(tmp_path, caps
 
 
 def test_latin1_with_a_coding_comment_is_converted_in_its_encoding(tmp_path):
-    source = TORCH_SCRIPT.replace(b"import torch\n", b'# -*- coding: latin-1 -*-\nimport torch\nauthor = "Jos\xe9"\n', 1)
-    script = write(tmp_path / "latin.py", source)
-    conversion = expected(script)
-    assert main([str(script)]) == expected_code(conversion)
-    assert script.read_bytes() == conversion.output
-    assert b'"Jos\xe9"' in script.read_bytes()
+    def latin1(script: bytes, after_imports: bytes) -> bytes:
+        author = b'\nAUTHOR = "Jos\xe9"\n'
+        return b"# -*- coding: latin-1 -*-\n" + script.replace(after_imports, after_imports + author, 1)
+
+    script = write(tmp_path / "latin.py", latin1(TORCH_SCRIPT, b"TensorDataset\n"))
+    assert main([str(script)]) == 1
+    assert script.read_bytes() == latin1(CONVERTED_SCRIPT, b"import dpmigrate.runtime.torch as dp\n")
 
 
 def test_nul_bytes_are_not_text(tmp_path, capsys):
@@ -229,17 +200,12 @@ def test_nul_bytes_are_not_text(tmp_path, capsys):
 def test_bom_and_crlf_are_kept(tmp_path):
     source = b"\xef\xbb\xbf" + TORCH_SCRIPT.replace(b"\n", b"\r\n")
     script = write(tmp_path / "train.py", source)
-    conversion = expected(script)
-    main([str(script)])
-    written = script.read_bytes()
-    assert written == conversion.output
-    assert written.startswith(b"\xef\xbb\xbf")
-    assert written.count(b"\n") == written.count(b"\r\n")
+    assert main([str(script)]) == 1
+    assert script.read_bytes() == b"\xef\xbb\xbf" + CONVERTED_SCRIPT.replace(b"\n", b"\r\n")
 
 
 def test_write_protected_file_exits_2_and_is_untouched(tmp_path, capsys):
     script = write(tmp_path / "train.py", TORCH_SCRIPT)
-    needs_a_change(expected(script))
     script.chmod(0o444)
     assert main([str(script)]) == 2
     assert f"{script}: error: is write-protected" in capsys.readouterr().err
@@ -251,7 +217,6 @@ def test_write_protected_file_exits_2_and_is_untouched(tmp_path, capsys):
 def test_file_in_a_write_protected_folder_exits_2_and_is_untouched(tmp_path, capsys):
     folder = tmp_path / "ro"
     script = write(folder / "train.py", TORCH_SCRIPT)
-    needs_a_change(expected(script))
     folder.chmod(0o555)
     try:
         assert main([str(script)]) == 2
@@ -288,7 +253,6 @@ def test_copy_onto_a_file_where_a_folder_should_be_exits_2(tmp_path, capsys):
 
 def test_rewrite_keeps_the_file_mode(tmp_path):
     script = write(tmp_path / "train.py", TORCH_SCRIPT)
-    needs_a_change(expected(script))
     script.chmod(0o750)
     assert main([str(script)]) == 1
     assert stat.S_IMODE(script.stat().st_mode) == 0o750
@@ -357,10 +321,11 @@ def test_directory_run_reports_every_visited_file_and_skips_the_rest(tmp_path, c
     wanted = make_tree(root)
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     originals = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
-    conversions = [expected(root / rel) for rel in sorted(wanted)]
-    assert main(["--check", "--report", "json", str(root)]) == expected_code(*conversions)
+    assert main(["--check", "--report", "json", str(root)]) == 1
     report = json.loads(capsys.readouterr().out)
-    assert sorted(os.path.relpath(f["path"], root) for f in report["files"]) == sorted(wanted)
+    changed = {os.path.relpath(f["path"], root): f["changed"] for f in report["files"]}
+    assert changed == {"train.py": True, "pkg/util.py": False, "pkg/keep_gen.py": True, "data/loader.py": True}
+    assert set(changed) == wanted
     assert {p: p.read_bytes() for p in originals} == originals
 
 
@@ -388,44 +353,40 @@ def test_parallel_run_gives_the_same_result_as_a_serial_one(tmp_path, capsys):
 def test_json_report_lists_files_findings_and_summary(tmp_path, capsys):
     script = write(tmp_path / "train.py", TORCH_SCRIPT)
     broken = write(tmp_path / "broken.py", BROKEN_TORCH)
-    conversion = expected(script)
     assert main(["--check", "--report", "json", str(script), str(broken)]) == 2
     report = json.loads(capsys.readouterr().out)
     assert report["schema"] == "dpmigrate-report/1" and report["mode"] == "check"
-    assert [f["path"] for f in report["files"]] == [str(script), str(broken)]
-    assert report["files"][0]["changed"] == conversion.changed
-    assert report["files"][1]["failure"]["reason"].startswith("does not parse")
-    assert len(report["findings"]) == len(conversion.findings)
-    assert report["summary"]["not_converted"] == 1 and report["summary"]["files"] == 2
-
-
-def all_rules_or_skip():
-    rules = pytest.importorskip("dpmigrate.rules", reason="dpmigrate.rules has not landed yet")
-    if not hasattr(rules, "all_rules"):
-        pytest.skip("dpmigrate.rules.all_rules has not landed yet")
-    return rules.all_rules()
+    assert report["summary"] == {"files": 2, "changed": 1, "changes": 7, "declined": 0, "errors": 0, "notes": 0,
+                                 "not_converted": 1}
+    assert [(f["path"], f["framework"], f["changed"]) for f in report["files"]] == [
+        (str(script), "torch", True), (str(broken), None, False)]
+    assert report["files"][0]["failure"] is None
+    failure = report["files"][1]["failure"]
+    assert (failure["line"], failure["col"]) == (3, 1) and failure["reason"].startswith("does not parse: ")
+    assert [(f["path"], f["line"], f["col"], f["rule"], f["severity"]) for f in report["findings"]] == [
+        (str(script), line, col, rule, "change")
+        for (line, col), rule in zip([(7, 5), (7, 14), (9, 14), (10, 5), (11, 17), (19, 9), (20, 5)],
+                                     TORCH_SCRIPT_RULES)]
+    assert report["findings"][4]["message"] == "SGD(...) -> dp.distributed_optimizer(...)"
 
 
 def test_sarif_report_is_sarif_2_1_0(tmp_path, capsys, monkeypatch):
-    all_rules_or_skip()
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "src" / "train.py", TORCH_SCRIPT)
     write(tmp_path / "src" / "broken.py", BROKEN_TORCH)
-    main(["--check", "--report", "sarif", "src"])
+    assert main(["--check", "--report", "sarif", "src"]) == 2
     sarif = json.loads(capsys.readouterr().out)
     assert sarif["version"] == "2.1.0" and "sarif-2.1.0" in sarif["$schema"]
     (run,) = sarif["runs"]
     rule_ids = [rule["id"] for rule in run["tool"]["driver"]["rules"]]
     assert run["tool"]["driver"]["name"] == "dpmigrate"
+    assert set(TORCH_SCRIPT_RULES) | {"rank-divergent-code", "not-converted"} <= set(rule_ids)
+    located = [(r["ruleId"], r["level"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+                r["locations"][0]["physicalLocation"]["region"]["startLine"]) for r in run["results"]]
+    assert located == [("not-converted", "error", "src/broken.py", 3)] + [
+        (rule, "note", "src/train.py", line) for rule, line in zip(TORCH_SCRIPT_RULES, [7, 7, 9, 10, 11, 19, 20])]
     for result in run["results"]:
-        assert result["ruleId"] in rule_ids
-        assert result["level"] in ("error", "warning", "note")
-        assert result["message"]["text"]
-        location = result["locations"][0]["physicalLocation"]
-        assert not location["artifactLocation"]["uri"].startswith(("/", "file:"))
-        assert location["region"]["startLine"] >= 1 and location["region"]["startColumn"] >= 1
-    broken = [r for r in run["results"] if r["ruleId"] == "not-converted"]
-    assert [r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in broken] == ["src/broken.py"]
+        assert rule_ids[result["ruleIndex"]] == result["ruleId"]
 
 
 def test_report_file_receives_the_text_report(tmp_path, capsys):
@@ -452,23 +413,15 @@ def test_diff_and_a_json_report_cannot_share_stdout(tmp_path):
 
 
 def test_list_rules_prints_every_rule_with_its_summary(capsys):
-    rules = all_rules_or_skip()
     assert main(["--list-rules"]) == 0
-    out = capsys.readouterr().out
-    for rule in rules:
-        assert rule.name in out
-        assert rule.__doc__.strip().splitlines()[0] in out
+    listed = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
+    assert set(TORCH_SCRIPT_RULES) | {"rank-divergent-code", "evaluation-loader", "global-batch-size"} <= set(listed)
+    assert listed["distributed-save"] == "Replace ``torch.save(obj, path)`` with ``dp.save(obj, path)``."
+    for rule in all_rules():  # every rule the engine runs, each with the first line of its docstring
+        assert listed[rule.name] == rule.__doc__.strip().splitlines()[0]
 
 
 # --- the program itself ----------------------------------------------------------------------------------
-
-def test_help_imports_no_framework():
-    code = ("import sys\nfrom dpmigrate.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('torch', 'tensorflow', 'paddle', 'libcst') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "--check" in proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == "[]"
-
 
 def test_launch_is_dispatched_to_the_launcher(capsys):
     assert main(["launch", "--help"]) == 0
@@ -477,7 +430,8 @@ def test_launch_is_dispatched_to_the_launcher(capsys):
 
 def test_python_dash_m_runs_the_same_command(tmp_path):
     script = write(tmp_path / "util.py", PLAIN_SCRIPT)
-    version = subprocess.run([sys.executable, "-m", "dpmigrate", "--version"], capture_output=True, text=True, check=True)
+    version = subprocess.run([sys.executable, "-m", "dpmigrate", "--version"],
+                             capture_output=True, text=True, check=True)
     assert version.stdout.startswith("dpmigrate ")
     proc = subprocess.run([sys.executable, "-m", "dpmigrate", "--check", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -1,5 +1,7 @@
 """The package's shape: one `dpmigrate` namespace, and no framework loaded by importing it."""
 
+from __future__ import annotations
+
 import ast
 import subprocess
 import sys
@@ -12,10 +14,16 @@ ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORKS = ("torch", "tensorflow", "paddle", "keras", "jax")
 
 
-def modules_loaded_by(code: str) -> set:
-    probe = f"import sys\n{code}\nprint(' '.join(sorted(sys.modules)))"
+def run_probe(code: str) -> tuple[str, set]:
+    """What ``code`` prints, and the modules loaded once it has run (in a fresh interpreter)."""
+    probe = f"import sys\n{code}\nprint('\\n' + ' '.join(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd="/")
-    return set(out.stdout.split())
+    printed, _, modules = out.stdout.rpartition("\n\n")
+    return printed, set(modules.split())
+
+
+def modules_loaded_by(code: str) -> set:
+    return run_probe(code)[1]
 
 
 @pytest.mark.parametrize("code", [
@@ -68,10 +76,11 @@ def test_runtime_modules_import_each_other_without_a_loop():
         visit(module)
 
 
-def test_cli_help_loads_no_framework():
+def test_cli_help_loads_no_framework_and_no_libcst():
     code = "import sys\nfrom dpmigrate.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass"
-    loaded = modules_loaded_by(code)
-    assert not {m.split(".")[0] for m in loaded} & set(FRAMEWORKS)
+    printed, loaded = run_probe(code)
+    assert printed.startswith("usage: dpmigrate") and "--check" in printed
+    assert not {m.split(".")[0] for m in loaded} & {*FRAMEWORKS, "libcst"}
 
 
 def test_the_torch_backend_imports_torch_only():

@@ -14,9 +14,11 @@ def run_results(root: str) -> list[FileResult]:
     train = os.path.join(root, "src", "train.py")
     return [
         FileResult(train, changed=True, framework="torch", findings=(
-            Finding(train, 40, 9, "save-on-main", "declined", "torch.save inside a helper", fix="call dp.save(obj, path)"),
+            Finding(train, 40, 9, "save-on-main", "declined", "torch.save inside a helper",
+                    fix="call dp.save(obj, path)"),
             Finding(train, 12, 5, "shard-training-loader", "change", "sharded the training DataLoader"),
-            Finding(train, 55, 1, "rank-divergent", "error", "barrier only on rank 0", fix="call dp.barrier() on every rank"),
+            Finding(train, 55, 1, "rank-divergent", "error", "barrier only on rank 0",
+                    fix="call dp.barrier() on every rank"),
             Finding(train, 3, 1, "runtime-import", "note", "added import dpmigrate.runtime.torch as dp"),
         )),
         FileResult(os.path.join(root, "util.py")),
@@ -45,8 +47,10 @@ def test_summary_counts_and_plurals():
 
 
 def test_failure_line_names_path_line_and_reason():
-    assert FileResult("a.py", failure=Failure("does not parse", 7, 3)).failure_line() == "a.py:7:3: error: does not parse"
-    assert FileResult("a.py", failure=Failure("cannot be read: gone")).failure_line() == "a.py: error: cannot be read: gone"
+    located = FileResult("a.py", failure=Failure("does not parse", 7, 3))
+    assert located.failure_line() == "a.py:7:3: error: does not parse"
+    unlocated = FileResult("a.py", failure=Failure("cannot be read: gone"))
+    assert unlocated.failure_line() == "a.py: error: cannot be read: gone"
 
 
 def test_json_report_has_the_documented_fields(tmp_path):

@@ -133,7 +133,7 @@ def _detection_findings(detection: Detection, path: str, options: Options) -> li
 
 def _chosen(rules, options: Options) -> list[type[Rule]]:
     """The framework's rules, less those not selected or ignored (names checked by the CLI)."""
-    return [r for r in rules if (not options.select or r.name in options.select) and r.name not in options.ignore]
+    return [r for r in rules if options.runs(r.name)]
 
 
 def _run_rules(ctx: Context, rules: list[type[Rule]], *, convert: bool) -> None:
