@@ -82,6 +82,15 @@ class RankAnalysis:
         """The part of a condition found by :meth:`rank_condition` that tests the rank."""
         return condition.left if isinstance(condition, cst.BooleanOperation) else condition.test
 
+    def describe(self, condition: cst.CSTNode) -> str:
+        """``if rank == 0:`` for an ``if``; ``rank == 0 and ...`` / ``... if rank == 0 else ...`` otherwise."""
+        code = self.q.module.code_for_node(self.condition_code(condition))
+        if isinstance(condition, cst.If):
+            return f"if {code}:"
+        if isinstance(condition, cst.IfExp):
+            return f"... if {code} else ..."
+        return f"{code} {condition.operator.__class__.__name__.lower()} ..."
+
     def has_collective(self, node: cst.CSTNode) -> bool:
         """``node`` calls a collective, directly or through one of the script's functions."""
         return any(self.collective(call) for call in self.q.findall(node, m.Call()))

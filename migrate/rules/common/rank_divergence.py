@@ -49,12 +49,12 @@ class RankDivergence(Rule):
             word = "break" if isinstance(exit_, cst.Break) else "return"
             self.report(
                 exit_, "error",
-                f"`{word}` under a rank condition (`{self.code(ranks.condition_code(guard))}`) {waits}",
+                f"`{word}` under a rank condition (`{ranks.describe(guard)}`) {waits}",
                 "decide on every rank, e.g. stop = dp.all_reduce(int(condition), op=\"max\") and test `stop`",
             )
 
     def _collective(self, call: cst.Call, what: str, guard: cst.CSTNode) -> None:
-        condition = self.code(self.ctx.analysis(RankAnalysis).condition_code(guard))
+        condition = self.ctx.analysis(RankAnalysis).describe(guard)
         if what == "dp.save":
             fix = "dp.save already writes on rank 0 only: call it on every rank, outside the condition"
         elif what.startswith("dp.main_process_first"):
@@ -63,7 +63,7 @@ class RankDivergence(Rule):
             fix = "call it on every rank, outside the condition (compute the value on all ranks)"
         self.report(
             call, "error",
-            f"{what} is a collective every rank must reach, but it runs only when `{condition}`: "
+            f"{what} is a collective every rank must reach, but it is under `{condition}`: "
             "the other ranks never call it and the job hangs",
             fix,
         )

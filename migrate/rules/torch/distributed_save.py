@@ -37,7 +37,7 @@ class DistributedSave(Rule):
         if guard is not None:
             self.report(
                 node, "declined",
-                f"torch.save is already under a rank condition (`{self.code(ranks.condition_code(guard))}`); dp.save must be "
+                f"torch.save is already under a rank condition (`{ranks.describe(guard)}`); dp.save must be "
                 "reached by every rank, so this one is left as it is",
                 "keep it (only that rank writes, not atomically), or call dp.save(...) on every rank without the condition",
             )
