@@ -22,6 +22,7 @@ def modules_loaded_by(code: str) -> set:
     "import dpmigrate.runtime",
     "import dpmigrate.runtime.role, dpmigrate.runtime.strategy, dpmigrate.runtime.atomic",
     "from dpmigrate.runtime import Role, Strategy, read_role; read_role({})",
+    "import dpmigrate.launch, dpmigrate.launch.cli, dpmigrate.launch.torch, dpmigrate.launch.rank_status",
 ])
 def test_importing_dpmigrate_loads_no_framework(code):
     loaded = modules_loaded_by(code)
@@ -49,7 +50,9 @@ def test_the_wheel_holds_dpmigrate_runtime_and_no_top_level_runtime_or_migrate(t
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"dpmigrate"}
     for module in ("dpmigrate/__init__.py", "dpmigrate/runtime/__init__.py", "dpmigrate/runtime/torch.py",
-                   "dpmigrate/runtime/role.py", "dpmigrate/cli.py", "dpmigrate/engine.py"):
+                   "dpmigrate/runtime/role.py", "dpmigrate/cli.py", "dpmigrate/engine.py",
+                   "dpmigrate/launch/__init__.py", "dpmigrate/launch/__main__.py", "dpmigrate/launch/supervise.py",
+                   "dpmigrate/launch/torch.py", "dpmigrate/launch/rank_status.py", "dpmigrate/launch/torch_store.py"):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "dpmigrate = dpmigrate.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -1,19 +1,20 @@
-"""Run one launch job under supervision: live rank-prefixed output, per-rank logs, signals, no orphans.
+"""Run a launch plan under supervision, the same way for every framework: start, watch, stop, leave nothing.
 
-``dpmigrate launch`` hands the work of starting ranks to each framework's own launcher (torchrun
-today). What that launcher does not do for us is done here, the same way for every framework:
-
-- Its stdout and stderr are read line by line. A line the backend attributes to a rank
-  (``backend.split_rank``) goes to the terminal as it is (already prefixed, e.g. ``[rank1] loss 0.3``)
-  and, without the prefix, to ``<log dir>/rank<i>.log``. Every other line is the launcher's own: it
-  goes to ``<log dir>/launcher.log`` and to the terminal, and is kept for the failure report. Once the
-  launcher starts printing a traceback (it is about to exit), the rest of its lines are held and the
-  backend chooses what of them is worth showing (``backend.trim_traceback``).
-- The launcher runs in its own session, so a Ctrl-C in the terminal reaches only ``dpmigrate launch``,
-  which forwards SIGINT/SIGTERM/SIGHUP to the launcher's process group. The launcher then stops its
-  ranks itself; if it has not exited after ``Plan.grace_s`` (or on a second signal), every process
-  under it is killed with SIGKILL, each rank's whole process group included (its data loader workers).
-  On Linux the launcher also gets SIGTERM if ``dpmigrate launch`` itself dies (``PR_SET_PDEATHSIG``).
+- Every process of the plan starts in a session (process group) of its own, so a Ctrl-C in the
+  terminal reaches only ``dpmigrate launch``, and stopping a process means signalling its whole group
+  (a rank's data loader workers too). On Linux each also gets SIGTERM if ``dpmigrate launch`` dies
+  (``PR_SET_PDEATHSIG``).
+- Ranks started directly (one node): their exit statuses are known exactly (``Popen``). When one fails
+  (a non-zero exit or a signal), the others are stopped: SIGTERM to their groups, SIGKILL after
+  ``Plan.grace_s``. A rank that was asked to stop is recorded as stopped and never blamed.
+- A framework launcher (several nodes) starts and stops the ranks itself; its exit ends the job, and
+  the ranks' exit statuses are read from the files :mod:`.rank_status` wrote.
+- Services (a rendezvous store) run until the ranks are done, then get SIGTERM. A service that listens
+  on the plan's loopback socket starts only when a first client connects to it (see ``Process.listens``).
+- SIGINT/SIGTERM/SIGHUP to ``dpmigrate launch`` are forwarded to every rank (or to the launcher); after
+  ``Plan.grace_s``, or on a second signal, everything still running is killed with SIGKILL.
+- Output: :mod:`.streams`. Signal handlers only queue the signal; the main loop acts on it (a handler
+  interrupting the loop half-way through stopping processes could otherwise act twice).
 """
 
 from __future__ import annotations
@@ -21,273 +22,254 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Callable, Iterator, Mapping, Protocol
+from typing import Iterator
+
+from . import rank_status
+from .backend import LOOPBACK_PORT, Backend, Job, Outcome, Plan, Process, RankExit, describe_returncode
+from .processes import create_private_file, descendants, die_with_parent_hook, make_private_dirs
+from .streams import LogFiles
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-    """A validated ``dpmigrate launch`` request, independent of the framework."""
-
-    nproc_per_node: int
-    nnodes: int
-    node_rank: int
-    master: tuple[str, int] | None  # (host, port); None: one node, rendezvous on this machine
-    script: Path
-    script_args: tuple[str, ...]
-    log_dir: Path
-    timeout_s: float | None  # collective timeout for the runtime (DPMIGRATE_TIMEOUT)
-
-    @property
-    def ranks(self) -> tuple[int, ...]:
-        """The global ranks this node runs (node ranks are contiguous blocks of ``nproc_per_node``)."""
-        first = self.node_rank * self.nproc_per_node
-        return tuple(range(first, first + self.nproc_per_node))
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """What a backend wants run: the command, the environment it adds, and how long a stop may take."""
-
-    argv: tuple[str, ...]
-    env: Mapping[str, str]  # added to (or replacing in) the current environment; shown by --dry-run
-    grace_s: float  # after forwarding a signal, wait this long before killing everything
-
-
-@dataclasses.dataclass(frozen=True)
-class RankFailure:
-    """One rank's failure as the launcher reported it."""
-
-    rank: int
-    exitcode: int  # negative: killed by that signal
-    root_cause: bool = False  # the launcher's "first observed failure"
-
-    @property
-    def signal_name(self) -> str | None:
-        if self.exitcode >= 0:
-            return None
-        try:
-            return signal.Signals(-self.exitcode).name
-        except ValueError:
-            return f"signal {-self.exitcode}"
-
-    def describe(self) -> str:
-        name = self.signal_name
-        return f"killed by {name}" if name else f"exit code {self.exitcode}"
-
-    @property
-    def job_exit_code(self) -> int:
-        """As a shell reports it: the exit code, or 128 + the signal number."""
-        return self.exitcode if self.exitcode >= 0 else 128 - self.exitcode
-
-
-class Backend(Protocol):
-    """What :func:`run` needs from a framework's backend launcher (see ``launch_torch``)."""
-
-    def split_rank(self, line: str) -> tuple[int | None, str]: ...
-
-    def trim_traceback(self, held: list[str]) -> list[str]: ...
+POLL_S = 0.05
+SERVICE_GRACE_S = 2.0
 
 
 @dataclasses.dataclass
-class Outcome:
-    returncode: int  # the launcher's own exit status (negative: killed by that signal)
-    interrupted: int | None  # the signal that made us stop the job, if one did
-    launcher_lines: list[str]  # the launcher's own output (never a rank's), for the failure report
+class _Child:
+    process: Process
+    popen: subprocess.Popen
+    asked_to_stop: bool = False
+    returncode: int | None = None
 
 
 def run(plan: Plan, job: Job, backend: Backend) -> Outcome:
-    """Start ``plan.argv``, stream and file its output until it exits, and stop it on a signal."""
-    job.log_dir.mkdir(parents=True, exist_ok=True)
-    logs = _LogFiles(job.log_dir, job.ranks)
+    """Run ``plan`` to the end; the log dir must exist (the caller created it, private)."""
+    for folder in plan.private_dirs:
+        make_private_dirs(folder)
+    if plan.status_dir is not None:
+        make_private_dirs(plan.status_dir)
+        rank_status.forget_statuses(plan.status_dir)  # an earlier run's, in a reused --log-dir
+    logs = LogFiles(job.log_dir, job.ranks)
+    supervisor = _Supervisor(plan, logs, backend)
     try:
-        proc = subprocess.Popen(
-            plan.argv, env={**os.environ, **plan.env}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            preexec_fn=_die_with_parent_hook(),
-        )
-    except BaseException:
-        logs.close()
-        raise
-    stopper = _Stopper(proc, plan.grace_s)
-    pumps = [
-        threading.Thread(target=logs.pump, args=(proc.stdout, sys.stdout, backend, False), daemon=True),
-        threading.Thread(target=logs.pump, args=(proc.stderr, sys.stderr, backend, True), daemon=True),
-    ]
-    for pump in pumps:
-        pump.start()
-    try:
-        with _forward_signals(stopper):
-            while True:
-                try:
-                    returncode = proc.wait(timeout=0.1)
-                    break
-                except subprocess.TimeoutExpired:
-                    stopper.poll()
+        with _private_files(plan.private_files), _queue_signals(supervisor.signals):
+            supervisor.start()
+            supervisor.watch()
     finally:
-        if proc.poll() is None:  # we are leaving on an exception of our own: leave nothing running
-            stopper.kill()
-            proc.wait()
-        for pump in pumps:
-            pump.join(timeout=5)
+        supervisor.leave_nothing_running()
         logs.close()
-        for pipe in (proc.stdout, proc.stderr):
-            pipe.close()
-    for line in backend.trim_traceback(logs.held):
-        _console(sys.stderr, line)
-    return Outcome(returncode, stopper.signum, logs.launcher_lines)
+    launcher = next((c for c in supervisor.children if c.process.role == "launcher"), None)
+    if plan.status_dir is not None:
+        exits = rank_status.read_statuses(plan.status_dir, job.ranks)
+    else:
+        exits = supervisor.rank_exits
+    return Outcome(rank_exits=exits, launcher_returncode=launcher.returncode if launcher else None,
+                   interrupted=supervisor.interrupted, launcher_lines=logs.launcher_lines)
 
 
-class _LogFiles:
-    """Per-rank log files and the launcher's own log, fed by one pump thread per output stream."""
+class _Supervisor:
+    def __init__(self, plan: Plan, logs: LogFiles, backend: Backend):
+        self.plan, self.logs, self.backend = plan, logs, backend
+        self.children: list[_Child] = []
+        self.pumps: list[threading.Thread] = []
+        self.rank_exits: dict[int, RankExit] = {}
+        self.signals: list[int] = []  # queued by the signal handlers
+        self.interrupted: int | None = None
+        self.kill_at: float | None = None  # when the grace after a stop request ends
+        self.done = False  # every rank (or the launcher) has exited
+        self.listener: socket.socket | None = None  # on 127.0.0.1, for the service with Process.listens
+        self.port = ""
+        self.on_first_client: Process | None = None  # that service, until a client connects
 
-    def __init__(self, log_dir: Path, ranks: tuple[int, ...]):
-        self.log_dir = log_dir
-        self.lock = threading.Lock()
-        self.files: dict[int, IO[str]] = {r: self._open(f"rank{r}.log") for r in ranks}
-        self.launcher_log = self._open("launcher.log")
-        self.launcher_lines: list[str] = []
-        self.held: list[str] = []  # the launcher's lines from its final traceback on
+    def start(self) -> None:
+        """Start every process, except a listening service: that one starts on its first client."""
+        if _needs_listener(self.plan):
+            self.listener = _loopback_listener()
+            self.port = str(self.listener.getsockname()[1])
+        for process in self.plan.processes:
+            self._handle_signals()
+            if self.interrupted is not None:
+                return  # stopped while starting: start nothing more
+            if process.listens:
+                self.on_first_client = process
+            else:
+                self._spawn(process)
 
-    def _open(self, name: str) -> IO[str]:
-        return open(self.log_dir / name, "w", encoding="utf-8", errors="replace", buffering=1)
-
-    def pump(self, stream: IO[bytes], console: IO[str], backend: Backend, is_stderr: bool) -> None:
-        # A pump still running after run() gave up waiting for it finds its pipe and files closed: it ends.
-        with contextlib.suppress(ValueError, OSError):
-            self._pump(stream, console, backend, is_stderr)
-
-    def _pump(self, stream: IO[bytes], console: IO[str], backend: Backend, is_stderr: bool) -> None:
-        for raw in iter(stream.readline, b""):
-            line = raw.decode("utf-8", errors="replace")
-            if not line.endswith("\n"):
-                line += "\n"
-            rank, text = backend.split_rank(line)
-            with self.lock:
-                if rank is not None:
-                    if rank not in self.files:  # a rank we did not expect (uneven nodes): file it anyway
-                        self.files[rank] = self._open(f"rank{rank}.log")
-                    self.files[rank].write(text)
-                    _console(console, line)
-                    continue
-                self.launcher_log.write(line)
-                self.launcher_lines.append(line.rstrip("\n"))
-                if is_stderr and (self.held or line.startswith("Traceback (most recent call last)")):
-                    self.held.append(line)
-                else:
-                    _console(console, line)
-
-    def close(self) -> None:
-        with self.lock:
-            for f in [*self.files.values(), self.launcher_log]:
-                f.close()
-
-
-def _console(stream: IO[str], line: str) -> None:
-    try:
-        stream.write(line)
-        stream.flush()
-    except (BrokenPipeError, ValueError):  # terminal gone or stream closed: the log files still have it
-        pass
-
-
-class _Stopper:
-    """Forward a stop signal to the launcher; kill everything under it if it does not stop in time."""
-
-    def __init__(self, proc: subprocess.Popen, grace_s: float):
-        self.proc, self.grace_s = proc, grace_s
-        self.signum: int | None = None
-        self.deadline: float | None = None
-
-    def request(self, signum: int) -> None:
-        if self.signum is not None:  # a second Ctrl-C: stop waiting
-            self.kill()
+    def _start_service_on_first_client(self) -> None:
+        """Start the listening service once a client waits on the socket (the kernel queues it meanwhile):
+        a job whose ranks never connect (they meet another way) does not pay for the service."""
+        if self.on_first_client is None or self.interrupted is not None or self.done:
             return
-        self.signum, self.deadline = signum, time.monotonic() + self.grace_s
-        _signal_group(self.proc.pid, signum)
+        if not select.select([self.listener], [], [], 0)[0]:
+            return
+        self._spawn(self.on_first_client, self.listener)
+        self.on_first_client = None
+        self._close_listener()  # the service holds its own copy now
 
-    def poll(self) -> None:
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            self.kill()
-            self.deadline = None
+    def _close_listener(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
 
-    def kill(self) -> None:
-        for pid in _descendants(self.proc.pid):  # ranks run in sessions of their own: kill each group
-            _signal_group(pid, signal.SIGKILL)
-        _signal_group(self.proc.pid, signal.SIGKILL)
+    def _spawn(self, process: Process, listener: socket.socket | None = None) -> None:
+        env = {**os.environ, **{k: v.replace(LOOPBACK_PORT, self.port) for k, v in process.env.items()}}
+        pass_fds: tuple[int, ...] = ()
+        if listener is not None:
+            env["DPMIGRATE_LISTEN_FD"] = str(listener.fileno())
+            pass_fds = (listener.fileno(),)
+        popen = subprocess.Popen(
+            process.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, preexec_fn=die_with_parent_hook(), pass_fds=pass_fds,
+        )
+        self.children.append(_Child(process, popen))
+        self.pumps += self.logs.start_pumps(process, popen.stdout, popen.stderr, self.backend,
+                                            (sys.stdout, sys.stderr))
+
+    def watch(self) -> None:
+        """Until every rank (or the launcher) has exited: reap, stop the rest on a failure, honour signals."""
+        while True:
+            self._handle_signals()
+            self._start_service_on_first_client()
+            failed = self._reap()
+            if failed and self.kill_at is None:
+                self._ask_to_stop(signal.SIGTERM)
+            if all(c.returncode is not None for c in self.children if c.process.role != "service"):
+                self.done = True
+                break
+            if self.kill_at is not None and time.monotonic() > self.kill_at:
+                self._kill([c for c in self.children if c.process.role != "service"])
+                self.kill_at = float("inf")  # killed: now only wait for the kernel
+            time.sleep(POLL_S)
+        self._stop_services()
+
+    def _reap(self) -> bool:
+        """Record the exits since the last look; True if one of them ends the job (a failure, the launcher)."""
+        ends_job, now = False, time.time()
+        for child in self.children:
+            if child.returncode is not None or (returncode := child.popen.poll()) is None:
+                continue
+            child.returncode = returncode
+            if child.process.role == "service" and not self.done and self.interrupted is None:
+                self.logs.note(f"dpmigrate launch: {child.process.name} exited early ({describe_returncode(returncode)}); "
+                               "ranks that rely on it will fail")
+            elif child.process.role == "launcher":
+                ends_job = True
+            elif child.process.role == "rank":
+                exit_ = RankExit(child.process.rank, returncode, stopped=child.asked_to_stop, ended=now)
+                self.rank_exits[exit_.rank] = exit_
+                ends_job = ends_job or exit_.failed
+        return ends_job
+
+    def _handle_signals(self) -> None:
+        while self.signals:
+            signum = self.signals.pop(0)
+            if self.interrupted is not None:  # a second Ctrl-C: stop waiting
+                self._kill(self.children)
+                self.kill_at = float("inf")
+                continue
+            self.interrupted = signum
+            self._ask_to_stop(signum)
+
+    def _ask_to_stop(self, signum: int) -> None:
+        """Signal every rank (or the launcher, which stops its ranks); kill them after the grace."""
+        for child in self.children:
+            if child.process.role != "service" and child.returncode is None:
+                child.asked_to_stop = True
+                _signal_group(child.popen.pid, signum)
+        if self.kill_at is None:
+            self.kill_at = time.monotonic() + self.plan.grace_s
+
+    def _stop_services(self) -> None:
+        services = [c for c in self.children if c.process.role == "service" and c.returncode is None]
+        for child in services:
+            _signal_group(child.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + SERVICE_GRACE_S
+        for child in services:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.returncode = child.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+    def _kill(self, children: list[_Child]) -> None:
+        for child in children:
+            if child.process.role == "launcher" and child.returncode is None:
+                for pid in descendants(child.popen.pid):  # its ranks run in sessions of their own
+                    _signal_group(pid, signal.SIGKILL)
+            _signal_group(child.popen.pid, signal.SIGKILL)
+
+    def leave_nothing_running(self) -> None:
+        """Kill what is left of every process group (a finished rank's stray workers too), reap, drain."""
+        self._close_listener()
+        self._kill(self.children)
+        for child in self.children:
+            returncode = child.popen.wait()
+            if child.returncode is None:
+                child.returncode = returncode
+        for pump in self.pumps:
+            pump.join(timeout=5)
+        for child in self.children:
+            for pipe in (child.popen.stdout, child.popen.stderr):
+                pipe.close()
+        if self.plan.launcher is not None:
+            for line in self.backend.trim_traceback(self.logs.held):
+                _console_stderr(line)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    """Signal the process group our child leads (it may outlive the child: its stray workers)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _console_stderr(line: str) -> None:
+    with contextlib.suppress(BrokenPipeError, ValueError):
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+
+def _needs_listener(plan: Plan) -> bool:
+    return any(p.listens or any(LOOPBACK_PORT in v for v in p.env.values()) for p in plan.processes)
+
+
+def _loopback_listener() -> socket.socket:
+    """A TCP socket listening on 127.0.0.1 at a port the OS picks (reachable from this machine only)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 @contextlib.contextmanager
-def _forward_signals(stopper: _Stopper) -> Iterator[None]:
+def _private_files(paths: tuple[Path, ...]) -> Iterator[None]:
+    created = []
+    try:
+        for path in paths:
+            create_private_file(path)
+            created.append(path)
+        yield
+    finally:
+        for path in created:
+            path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _queue_signals(queue: list[int]) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():  # Python allows handlers only there
         yield
         return
-    previous = {s: signal.signal(s, lambda signum, _frame: stopper.request(signum)) for s in FORWARDED_SIGNALS}
+    previous = {s: signal.signal(s, lambda signum, _frame: queue.append(signum)) for s in FORWARDED_SIGNALS}
     try:
         yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-
-
-def _signal_group(pid: int, signum: int) -> None:
-    """Signal ``pid``'s process group if it leads one, else ``pid`` alone; a process gone is fine."""
-    try:
-        os.killpg(pid, signum)
-        return
-    except (ProcessLookupError, PermissionError):
-        pass
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
-
-
-def _descendants(root: int) -> list[int]:
-    """All processes under ``root``, children first (from /proc on Linux, else from ``ps``)."""
-    children: dict[int, list[int]] = {}
-    for pid, ppid in _parent_table():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _parent_table() -> list[tuple[int, int]]:
-    if os.path.isdir("/proc/self"):
-        table = []
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:  # exited meanwhile
-                continue
-            fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (comm) ": state ppid ...
-            table.append((int(name), int(fields[1])))
-        return table
-    out = subprocess.run(["ps", "-A", "-o", "pid=", "-o", "ppid="], capture_output=True, text=True).stdout
-    return [(int(a), int(b)) for a, b in (line.split() for line in out.splitlines() if line.strip())]
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """On Linux, a ``preexec_fn`` asking the kernel to SIGTERM the launcher when we die."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the forked child
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-    return lambda: prctl(pr_set_pdeathsig, int(signal.SIGTERM))
