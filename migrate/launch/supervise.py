@@ -106,7 +106,7 @@ class _Supervisor:
     def _start_service_on_first_client(self) -> None:
         """Start the listening service once a client waits on the socket (the kernel queues it meanwhile):
         a job whose ranks never connect (they meet another way) does not pay for the service."""
-        if self.on_first_client is None or self.interrupted is not None or self.done:
+        if self.on_first_client is None or self.kill_at is not None or self.done:  # not while stopping
             return
         if not select.select([self.listener], [], [], 0)[0]:
             return
@@ -158,8 +158,8 @@ class _Supervisor:
                 continue
             child.returncode = returncode
             if child.process.role == "service" and not self.done and self.interrupted is None:
-                self.logs.note(f"dpmigrate launch: {child.process.name} exited early ({describe_returncode(returncode)}); "
-                               "ranks that rely on it will fail")
+                self.logs.note(f"dpmigrate launch: {child.process.name} exited early "
+                               f"({describe_returncode(returncode)}); ranks that rely on it will fail")
             elif child.process.role == "launcher":
                 ends_job = True
             elif child.process.role == "rank":
