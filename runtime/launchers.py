@@ -146,7 +146,9 @@ class Torchrun(_Launcher):
             num_nodes = v.size("GROUP_WORLD_SIZE", default=world // local_world)
             node_rank = v.integer("GROUP_RANK", default=rank // local_world)
             v.check_rank("GROUP_RANK", node_rank, "GROUP_WORLD_SIZE", num_nodes)
-        addr, port = v.master(world, f"{_MASTER_FIX} (torchrun sets both)")
+        # Under dpmigrate launch on one node the ranks meet in a file (DPMIGRATE_RENDEZVOUS): no master needed.
+        needs_master = world if v.text("DPMIGRATE_RENDEZVOUS") is None else 1
+        addr, port = v.master(needs_master, f"{_MASTER_FIX} (torchrun sets both)")
         return Role(rank, world, local_rank, local_world, node_rank, num_nodes, addr, port, self.name)
 
 

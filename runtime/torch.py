@@ -97,7 +97,13 @@ def _start_process_group(role: Role, backend: str | None, timeout_s: float) -> N
         backend=backend, rank=role.rank, world_size=role.world_size,
         timeout=datetime.timedelta(seconds=timeout_s),
     )
-    if role.launcher == "torchrun":
+    rendezvous = os.environ.get("DPMIGRATE_RENDEZVOUS")
+    if rendezvous:  # dpmigrate launch on one node: a FileStore in its private log dir, no socket
+        if not os.path.isabs(rendezvous):
+            raise ValueError(f"DPMIGRATE_RENDEZVOUS={rendezvous!r}: give the absolute path of the job's "
+                             "rendezvous file (dpmigrate launch sets it); unset it when not launched by it")
+        kwargs["init_method"] = f"file://{rendezvous}"
+    elif role.launcher == "torchrun":
         kwargs["init_method"] = "env://"  # reuses torchrun's agent store
     else:
         kwargs["init_method"] = f"tcp://{role.master_endpoint}"

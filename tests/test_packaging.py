@@ -33,6 +33,7 @@ def modules_loaded_by(code: str) -> set:
     "import dpmigrate.runtime.common, dpmigrate.runtime.role_reader, dpmigrate.runtime.launchers",
     "import dpmigrate.runtime.contract_check",
     "from dpmigrate.runtime import Role, Strategy, read_role; read_role({})",
+    "import dpmigrate.launch, dpmigrate.launch.cli, dpmigrate.launch.torch, dpmigrate.launch.rank_status",
 ])
 def test_importing_dpmigrate_loads_no_framework(code):
     loaded = modules_loaded_by(code)
@@ -99,7 +100,9 @@ def test_the_wheel_holds_dpmigrate_runtime_and_no_top_level_runtime_or_migrate(t
     assert tops == {"dpmigrate"}
     for module in ("dpmigrate/__init__.py", "dpmigrate/runtime/__init__.py", "dpmigrate/runtime/torch.py",
                    "dpmigrate/runtime/role.py", "dpmigrate/runtime/common.py", "dpmigrate/cli.py",
-                   "dpmigrate/codemod/engine.py", "dpmigrate/rules/torch/__init__.py"):
+                   "dpmigrate/codemod/engine.py", "dpmigrate/rules/torch/__init__.py",
+                   "dpmigrate/launch/__init__.py", "dpmigrate/launch/__main__.py", "dpmigrate/launch/supervise.py",
+                   "dpmigrate/launch/torch.py", "dpmigrate/launch/rank_status.py", "dpmigrate/launch/torch_store.py"):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "dpmigrate = dpmigrate.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -119,6 +119,15 @@ def test_every_process_of_a_job_gets_a_distinct_rank_and_the_same_master(launche
     assert [role.is_main_process for role in roles].count(True) == 1
 
 
+def test_dpmigrate_launch_on_one_node_needs_no_master_the_ranks_meet_in_a_file():
+    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
+           "GROUP_WORLD_SIZE": "1", "DPMIGRATE_RENDEZVOUS": "/logs/rendezvous-0123abcd"}
+    assert read_role(env) == Role(rank=1, world_size=2, local_rank=1, local_world_size=2, node_rank=0,
+                                  num_nodes=1, master_addr=None, master_port=None, launcher="torchrun")
+    with pytest.raises(LaunchEnvironmentError, match="MASTER_ADDR is not set but the job has 2 processes"):
+        read_role({k: v for k, v in env.items() if k != "DPMIGRATE_RENDEZVOUS"})
+
+
 def test_plain_env_init_without_local_rank_is_one_process_per_machine():
     role = read_role({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.1.0.11", "MASTER_PORT": "29500"})
     assert role == Role(rank=1, world_size=2, local_rank=0, local_world_size=1, node_rank=1, num_nodes=2,

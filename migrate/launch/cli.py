@@ -1,22 +1,21 @@
 """``dpmigrate launch``: run a training script on N processes per node, one command for every framework.
 
-    dpmigrate launch -n N [--nnodes M --node-rank R --master HOST:PORT] [--log-dir DIR]
+    dpmigrate launch -n N [--nnodes M --node-rank R --master HOST:PORT --run-id ID] [--log-dir DIR]
                      [--timeout S] [--framework F] [--dry-run] script.py ARGS...
 
-Why: each framework has its own launcher with its own flags, defaults and pitfalls (a rendezvous on a
-public interface, every CPU rank using every core, a dead rank leaving the others hanging, output of N
-ranks interleaved with no way to tell them apart). This command picks the framework from the script's
-imports and hands the job to a small backend launcher for it (``launch_torch``: torchrun, see there for
-the exact flags); what is common to all of them is here and in ``launch_job``:
+Why: each framework has its own launcher with its own flags, defaults and pitfalls (a rendezvous
+reachable from the network, every CPU rank using every core, a dead rank leaving the others hanging,
+output of N ranks interleaved with no way to tell them apart). This module reads and checks the
+request, picks the framework from the script's imports, asks that framework's backend for a plan (one
+module each: :mod:`.torch`) and hands it to the neutral supervisor (:mod:`.supervise`):
 
 - the ranks get ``OMP_NUM_THREADS=1`` unless it is already set (N CPU ranks each using all cores
   thrash), ``PYTHONUNBUFFERED=1``, and ``DPMIGRATE_TIMEOUT=S`` with ``--timeout`` (the runtime's
   collective timeout, in seconds);
 - each rank's output is streamed live as ``[rank<i>] ...`` and kept in ``DIR/rank<i>.log`` (default
-  ``DIR``: ``./dpmigrate-logs/<timestamp>``); the launcher's own messages go to ``DIR/launcher.log``;
-- the exit code is the job's: 0 when every rank succeeded, else the failed rank's exit code (128 +
-  the signal number if a signal killed it), and one final line names the failed rank(s);
-- Ctrl-C / SIGTERM stops every rank (exit 130 / 143); ``--dry-run`` prints the command instead.
+  ``DIR``: ``./dpmigrate-logs/<timestamp>``, created readable by this user only);
+- the exit code and the final line: :mod:`.report`; Ctrl-C / SIGTERM stops every rank (exit 130 / 143);
+  ``--dry-run`` prints the commands and their environments instead, and creates nothing.
 
 Exit code 2: bad arguments, missing script, or a framework ``dpmigrate launch`` does not run yet.
 """
@@ -27,17 +26,20 @@ import argparse
 import ast
 import dataclasses
 import os
+import re
+import secrets
 import shlex
-import signal
 import sys
 import time
 from pathlib import Path
 
-from .frameworks import FRAMEWORK_OF_PACKAGE
-from . import launch_job, launch_torch
-from .launch_job import Job, Outcome, Plan, RankFailure
+from ..frameworks import FRAMEWORK_OF_PACKAGE
+from . import report, supervise
+from . import torch as torch_backend
+from .backend import Backend, Job, Plan, Process
+from .processes import make_private_dirs
 
-BACKENDS = {"torch": launch_torch}
+BACKENDS: dict[str, Backend] = {"torch": torch_backend}
 
 NOT_YET_SUPPORTED = {
     "tensorflow": "start one process per worker yourself, each with its TF_CONFIG "
@@ -48,6 +50,8 @@ NOT_YET_SUPPORTED = {
 # Top-level package -> framework. dpmigrate.runtime.<framework> (a converted script) decides first.
 _FRAMEWORK_OF_PACKAGE = {**FRAMEWORK_OF_PACKAGE, "lightning": "torch", "pytorch_lightning": "torch"}
 _FRAMEWORKS = ("torch", "tensorflow", "paddle")
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]{16,128}")
+_MAKE_RUN_ID = "--run-id $(python3 -c 'import secrets; print(secrets.token_hex(16))')"
 
 
 class UsageError(Exception):
@@ -73,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(describe(plan, job, framework))
         return 0
-    outcome = launch_job.run(plan, job, backend)
-    code, line = final_line(outcome, job, backend.parse_failures(outcome.launcher_lines), backend.LAUNCHER)
+    outcome = supervise.run(plan, job, backend)
+    code, line = report.final_line(outcome, job, plan.launcher.name if plan.launcher else None)
     print(line, file=sys.stderr, flush=True)
     return code
 
@@ -87,11 +91,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nnodes", type=int, default=1, metavar="M", help="number of nodes (default 1)")
     p.add_argument("--node-rank", type=int, default=0, metavar="R", help="this node's rank, 0 to M-1")
     p.add_argument("--master", metavar="HOST:PORT", help="node 0's address; required with --nnodes > 1")
+    p.add_argument("--run-id", metavar="ID", help="with --nnodes > 1: the same secret on every node, e.g. "
+                   "from secrets.token_hex(16) (the keys the nodes exchange at the master are named after it)")
     p.add_argument("--log-dir", metavar="DIR", help="where rank<i>.log go (default ./dpmigrate-logs/<timestamp>)")
     p.add_argument("--timeout", type=float, metavar="S", help="collective timeout in seconds (DPMIGRATE_TIMEOUT)")
     p.add_argument("--framework", choices=("auto", *_FRAMEWORKS), default="auto",
                    help="skip detection from the script's imports")
-    p.add_argument("--dry-run", action="store_true", help="print the command and environment, run nothing")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and environments, run nothing")
     p.add_argument("script", help="the training script")
     p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS")
     return p
@@ -117,7 +123,24 @@ def _job(args: argparse.Namespace) -> Job:
         raise UsageError(f"{args.script}: no such script (looked in {Path.cwd()})")
     log_dir = Path(args.log_dir if args.log_dir else f"dpmigrate-logs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     return Job(nproc_per_node=n, nnodes=nnodes, node_rank=node_rank, master=master, script=script,
-               script_args=tuple(args.script_args), log_dir=log_dir, timeout_s=args.timeout)
+               script_args=tuple(args.script_args), log_dir=log_dir, timeout_s=args.timeout,
+               run_id=_run_id(args.run_id, nnodes))
+
+
+def _run_id(given: str | None, nnodes: int) -> str:
+    """The job's run id: given (the same on every node) for several nodes, else a fresh random one.
+
+    On several nodes the master's store listens on the network; its keys are named after the run id, so
+    the id must be a secret shared by the nodes, never a default anyone could guess."""
+    if given is None:
+        if nnodes > 1:
+            raise UsageError(f"--nnodes {nnodes} needs --run-id ID, the same secret on every node, e.g. "
+                             f"{_MAKE_RUN_ID} once, passed to every node")
+        return secrets.token_hex(16)
+    if not _RUN_ID.fullmatch(given):
+        raise UsageError(f"--run-id {given!r}: give 16 to 128 letters, digits, '-' or '_', random, e.g. "
+                         f"{_MAKE_RUN_ID}")
+    return given
 
 
 def parse_master(text: str) -> tuple[str, int]:
@@ -134,20 +157,23 @@ def parse_master(text: str) -> tuple[str, int]:
 
 
 def _create_log_dir(path: Path, *, unique: bool) -> Path:
-    """Create the log dir; the default (timestamped) one gets a ``-2``... suffix if it exists already."""
-    if not unique:
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"--log-dir {path}: cannot create it ({e.strerror})") from None
-        return path
-    for i in range(1, 1000):
-        candidate = path if i == 1 else path.with_name(f"{path.name}-{i}")
-        try:
-            candidate.mkdir(parents=True)  # exclusive: two jobs started in the same second get two dirs
+    """Create the log dir (and missing parents) readable by this user only (0700); the default
+    (timestamped) one gets a ``-2``... suffix if it exists already."""
+    try:
+        if not unique:
+            make_private_dirs(path)
+            return path
+        make_private_dirs(path.parent)
+        for i in range(1, 1000):
+            candidate = path if i == 1 else path.with_name(f"{path.name}-{i}")
+            try:
+                candidate.mkdir(mode=0o700)  # exclusive: two jobs started in the same second get two dirs
+            except FileExistsError:
+                continue
+            os.chmod(candidate, 0o700)  # mkdir's mode is filtered by the umask
             return candidate
-        except FileExistsError:
-            continue
+    except OSError as e:
+        raise UsageError(f"--log-dir {path}: cannot create it ({e.strerror or e})") from None
     raise UsageError(f"{path.parent}: too many log directories named {path.name}-*; pass --log-dir")
 
 
@@ -184,7 +210,7 @@ def detect_framework(script: Path) -> str:
     raise UsageError(f"{script} imports {both}; pass --framework with the one it trains with")
 
 
-def _backend(framework: str, script: Path):
+def _backend(framework: str, script: Path) -> Backend:
     if framework in NOT_YET_SUPPORTED:
         raise UsageError(f"{script} uses {framework}, which is not yet supported by dpmigrate launch; "
                          f"use: {NOT_YET_SUPPORTED[framework]}")
@@ -196,57 +222,31 @@ def _backend(framework: str, script: Path):
 
 
 def with_common_env(plan: Plan, job: Job) -> Plan:
-    """Add what every rank of every framework gets (the backend's own variables win)."""
+    """Add what every rank (or launcher) of every framework gets; the backend's own variables win."""
     env = {"PYTHONUNBUFFERED": "1"}
     if "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = "1"
     if job.timeout_s is not None:
         env["DPMIGRATE_TIMEOUT"] = f"{job.timeout_s:g}"
-    return dataclasses.replace(plan, env={**env, **plan.env})
+    processes = tuple(p if p.role == "service" else dataclasses.replace(p, env={**env, **p.env})
+                      for p in plan.processes)
+    return dataclasses.replace(plan, processes=processes)
 
 
 def describe(plan: Plan, job: Job, framework: str) -> str:
-    """The ``--dry-run`` output: a comment, then one shell line with the environment and the command."""
+    """The ``--dry-run`` output: a comment, then per process a comment and one shell line (env + command)."""
     ranks = f"ranks {job.ranks[0]}-{job.ranks[-1]}" if len(job.ranks) > 1 else f"rank {job.ranks[0]}"
-    header = (f"# dpmigrate launch: {framework}, {ranks} of {job.nproc_per_node * job.nnodes} on node "
-              f"{job.node_rank} of {job.nnodes}; logs in {job.log_dir}")
-    return header + "\n" + shlex.join(["env", *(f"{k}={v}" for k, v in plan.env.items()), *plan.argv])
+    lines = [f"# dpmigrate launch: {framework}, {ranks} of {job.nproc_per_node * job.nnodes} on node "
+             f"{job.node_rank} of {job.nnodes}; logs in {job.log_dir}"]
+    for process in plan.processes:
+        role = _ROLES[process.role] if not process.listens else _ROLES[process.role] + ", started on first use"
+        lines += [f"# {process.name} ({role})", _shell_line(process)]
+    return "\n".join(lines)
 
 
-def final_line(outcome: Outcome, job: Job, failures: list[RankFailure], launcher: str) -> tuple[int, str]:
-    """The job's exit code and the one line that says how it ended."""
-    logs = f"Logs: {job.log_dir}"
-    if outcome.interrupted is not None:
-        name = signal.Signals(outcome.interrupted).name
-        return 128 + outcome.interrupted, f"dpmigrate launch: {name} received; all ranks were stopped. {logs}"
-    if outcome.returncode == 0:
-        ranks = f"all {len(job.ranks)} ranks" if len(job.ranks) > 1 else f"rank {job.ranks[0]}"
-        where = " on this node" if job.nnodes > 1 else ""
-        return 0, f"dpmigrate launch: {ranks}{where} finished. {logs}"
-    culprits = failed_ranks(failures)
-    if not culprits:
-        status = RankFailure(-1, outcome.returncode)
-        return status.job_exit_code, (f"dpmigrate launch: {launcher} failed ({status.describe()}) without naming "
-                                      f"a failed rank; see its messages above. {logs}")
-    named = ", ".join(f"rank {f.rank} failed ({f.describe()})" for f in culprits)
-    others = "" if len(culprits) >= len(job.ranks) else (
-        "; the other ranks were stopped" if job.nnodes == 1 else "; the other ranks on this node were stopped")
-    return culprits[0].job_exit_code, f"dpmigrate launch: {named}{others}. {logs}"
+_ROLES = {"rank": "a rank", "launcher": "starts this node's ranks",
+          "service": "serves the ranks on 127.0.0.1 while they run"}
 
 
-def failed_ranks(failures: list[RankFailure]) -> list[RankFailure]:
-    """The ranks that failed by themselves, most telling first.
-
-    Ranks the launcher stopped with SIGTERM are left out (unless one is the root cause). A rank killed
-    by a signal comes first: a peer's crash makes a rank raise (exit code 1), never die of a signal,
-    while the launcher's "first observed" is only the first it happened to poll.
-    """
-    seen: dict[int, RankFailure] = {}
-    for f in failures:
-        if (f.root_cause or f.exitcode != -signal.SIGTERM) and f.rank not in seen:
-            seen[f.rank] = f
-    return sorted(seen.values(), key=lambda f: (f.signal_name is None, not f.root_cause, f.rank))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def _shell_line(process: Process) -> str:
+    return shlex.join(["env", *(f"{k}={v}" for k, v in process.env.items()), *process.argv])

@@ -1,0 +1,45 @@
+"""How a launched job ended, in one exit code and one final line, from exact exit statuses only.
+
+The exit code is the job's: 0 when every rank succeeded, else the first culprit's (128 + the signal
+number if a signal killed it); 128 + N when dpmigrate was stopped by signal N. The final line names the
+ranks that failed by themselves, most telling first: a rank killed by a signal ahead of the peers that
+then failed with exit code 1 because their collective broke, then in the order they ended. Ranks
+that were asked to stop (by dpmigrate, or by the framework's launcher after a peer failed) are never
+blamed, whatever their exit code.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from .backend import Job, Outcome, RankExit, describe_returncode, exit_code_of
+
+
+def final_line(outcome: Outcome, job: Job, launcher: str | None) -> tuple[int, str]:
+    """The job's exit code and the line that says how it ended (``launcher``: the framework launcher's
+    name when the plan had one, e.g. "torchrun")."""
+    logs = f"Logs: {job.log_dir}"
+    if outcome.interrupted is not None:
+        name = signal.Signals(outcome.interrupted).name
+        return 128 + outcome.interrupted, f"dpmigrate launch: {name} received; all ranks were stopped. {logs}"
+    culprits = failed_ranks(list(outcome.rank_exits.values()))
+    if culprits:
+        named = ", ".join(f"rank {e.rank} failed ({e.describe()})" for e in culprits)
+        stopped = any(e.stopped for e in outcome.rank_exits.values())
+        others = "" if not stopped else (
+            "; the other ranks were stopped" if job.nnodes == 1 else "; the other ranks on this node were stopped")
+        return culprits[0].job_exit_code, f"dpmigrate launch: {named}{others}. {logs}"
+    if outcome.launcher_returncode not in (None, 0):
+        code = exit_code_of(outcome.launcher_returncode)
+        missing = [r for r in job.ranks if r not in outcome.rank_exits]
+        unknown = f"; no exit status from rank(s) {', '.join(map(str, missing))}" if missing else ""
+        return code, (f"dpmigrate launch: {launcher} failed ({describe_returncode(outcome.launcher_returncode)}) "
+                      f"and no rank failed by itself{unknown}; see its messages above. {logs}")
+    ranks = f"all {len(job.ranks)} ranks" if len(job.ranks) > 1 else f"rank {job.ranks[0]}"
+    where = " on this node" if job.nnodes > 1 else ""
+    return 0, f"dpmigrate launch: {ranks}{where} finished. {logs}"
+
+
+def failed_ranks(exits: list[RankExit]) -> list[RankExit]:
+    """The ranks that failed by themselves: killed by a signal first, then in the order they ended."""
+    return sorted((e for e in exits if e.failed), key=lambda e: (e.signal_name is None, e.ended, e.rank))

@@ -1,0 +1,275 @@
+"""Run a launch plan under supervision, the same way for every framework: start, watch, stop, leave nothing.
+
+- Every process of the plan starts in a session (process group) of its own, so a Ctrl-C in the
+  terminal reaches only ``dpmigrate launch``, and stopping a process means signalling its whole group
+  (a rank's data loader workers too). On Linux each also gets SIGTERM if ``dpmigrate launch`` dies
+  (``PR_SET_PDEATHSIG``).
+- Ranks started directly (one node): their exit statuses are known exactly (``Popen``). When one fails
+  (a non-zero exit or a signal), the others are stopped: SIGTERM to their groups, SIGKILL after
+  ``Plan.grace_s``. A rank that was asked to stop is recorded as stopped and never blamed.
+- A framework launcher (several nodes) starts and stops the ranks itself; its exit ends the job, and
+  the ranks' exit statuses are read from the files :mod:`.rank_status` wrote.
+- Services (a rendezvous store) run until the ranks are done, then get SIGTERM. A service that listens
+  on the plan's loopback socket starts only when a first client connects to it (see ``Process.listens``).
+- SIGINT/SIGTERM/SIGHUP to ``dpmigrate launch`` are forwarded to every rank (or to the launcher); after
+  ``Plan.grace_s``, or on a second signal, everything still running is killed with SIGKILL.
+- Output: :mod:`.streams`. Signal handlers only queue the signal; the main loop acts on it (a handler
+  interrupting the loop half-way through stopping processes could otherwise act twice).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+from . import rank_status
+from .backend import LOOPBACK_PORT, Backend, Job, Outcome, Plan, Process, RankExit, describe_returncode
+from .processes import create_private_file, descendants, die_with_parent_hook, make_private_dirs
+from .streams import LogFiles
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+POLL_S = 0.05
+SERVICE_GRACE_S = 2.0
+
+
+@dataclasses.dataclass
+class _Child:
+    process: Process
+    popen: subprocess.Popen
+    asked_to_stop: bool = False
+    returncode: int | None = None
+
+
+def run(plan: Plan, job: Job, backend: Backend) -> Outcome:
+    """Run ``plan`` to the end; the log dir must exist (the caller created it, private)."""
+    for folder in plan.private_dirs:
+        make_private_dirs(folder)
+    if plan.status_dir is not None:
+        make_private_dirs(plan.status_dir)
+        rank_status.forget_statuses(plan.status_dir)  # an earlier run's, in a reused --log-dir
+    logs = LogFiles(job.log_dir, job.ranks)
+    supervisor = _Supervisor(plan, logs, backend)
+    try:
+        with _private_files(plan.private_files), _queue_signals(supervisor.signals):
+            supervisor.start()
+            supervisor.watch()
+    finally:
+        supervisor.leave_nothing_running()
+        logs.close()
+    launcher = next((c for c in supervisor.children if c.process.role == "launcher"), None)
+    if plan.status_dir is not None:
+        exits = rank_status.read_statuses(plan.status_dir, job.ranks)
+    else:
+        exits = supervisor.rank_exits
+    return Outcome(rank_exits=exits, launcher_returncode=launcher.returncode if launcher else None,
+                   interrupted=supervisor.interrupted, launcher_lines=logs.launcher_lines)
+
+
+class _Supervisor:
+    def __init__(self, plan: Plan, logs: LogFiles, backend: Backend):
+        self.plan, self.logs, self.backend = plan, logs, backend
+        self.children: list[_Child] = []
+        self.pumps: list[threading.Thread] = []
+        self.rank_exits: dict[int, RankExit] = {}
+        self.signals: list[int] = []  # queued by the signal handlers
+        self.interrupted: int | None = None
+        self.kill_at: float | None = None  # when the grace after a stop request ends
+        self.done = False  # every rank (or the launcher) has exited
+        self.listener: socket.socket | None = None  # on 127.0.0.1, for the service with Process.listens
+        self.port = ""
+        self.on_first_client: Process | None = None  # that service, until a client connects
+
+    def start(self) -> None:
+        """Start every process, except a listening service: that one starts on its first client."""
+        if _needs_listener(self.plan):
+            self.listener = _loopback_listener()
+            self.port = str(self.listener.getsockname()[1])
+        for process in self.plan.processes:
+            self._handle_signals()
+            if self.interrupted is not None:
+                return  # stopped while starting: start nothing more
+            if process.listens:
+                self.on_first_client = process
+            else:
+                self._spawn(process)
+
+    def _start_service_on_first_client(self) -> None:
+        """Start the listening service once a client waits on the socket (the kernel queues it meanwhile):
+        a job whose ranks never connect (they meet another way) does not pay for the service."""
+        if self.on_first_client is None or self.kill_at is not None or self.done:  # not while stopping
+            return
+        if not select.select([self.listener], [], [], 0)[0]:
+            return
+        self._spawn(self.on_first_client, self.listener)
+        self.on_first_client = None
+        self._close_listener()  # the service holds its own copy now
+
+    def _close_listener(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+
+    def _spawn(self, process: Process, listener: socket.socket | None = None) -> None:
+        env = {**os.environ, **{k: v.replace(LOOPBACK_PORT, self.port) for k, v in process.env.items()}}
+        pass_fds: tuple[int, ...] = ()
+        if listener is not None:
+            env["DPMIGRATE_LISTEN_FD"] = str(listener.fileno())
+            pass_fds = (listener.fileno(),)
+        popen = subprocess.Popen(
+            process.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, preexec_fn=die_with_parent_hook(), pass_fds=pass_fds,
+        )
+        self.children.append(_Child(process, popen))
+        self.pumps += self.logs.start_pumps(process, popen.stdout, popen.stderr, self.backend,
+                                            (sys.stdout, sys.stderr))
+
+    def watch(self) -> None:
+        """Until every rank (or the launcher) has exited: reap, stop the rest on a failure, honour signals."""
+        while True:
+            self._handle_signals()
+            self._start_service_on_first_client()
+            failed = self._reap()
+            if failed and self.kill_at is None:
+                self._ask_to_stop(signal.SIGTERM)
+            if all(c.returncode is not None for c in self.children if c.process.role != "service"):
+                self.done = True
+                break
+            if self.kill_at is not None and time.monotonic() > self.kill_at:
+                self._kill([c for c in self.children if c.process.role != "service"])
+                self.kill_at = float("inf")  # killed: now only wait for the kernel
+            time.sleep(POLL_S)
+        self._stop_services()
+
+    def _reap(self) -> bool:
+        """Record the exits since the last look; True if one of them ends the job (a failure, the launcher)."""
+        ends_job, now = False, time.time()
+        for child in self.children:
+            if child.returncode is not None or (returncode := child.popen.poll()) is None:
+                continue
+            child.returncode = returncode
+            if child.process.role == "service" and not self.done and self.interrupted is None:
+                self.logs.note(f"dpmigrate launch: {child.process.name} exited early "
+                               f"({describe_returncode(returncode)}); ranks that rely on it will fail")
+            elif child.process.role == "launcher":
+                ends_job = True
+            elif child.process.role == "rank":
+                exit_ = RankExit(child.process.rank, returncode, stopped=child.asked_to_stop, ended=now)
+                self.rank_exits[exit_.rank] = exit_
+                ends_job = ends_job or exit_.failed
+        return ends_job
+
+    def _handle_signals(self) -> None:
+        while self.signals:
+            signum = self.signals.pop(0)
+            if self.interrupted is not None:  # a second Ctrl-C: stop waiting
+                self._kill(self.children)
+                self.kill_at = float("inf")
+                continue
+            self.interrupted = signum
+            self._ask_to_stop(signum)
+
+    def _ask_to_stop(self, signum: int) -> None:
+        """Signal every rank (or the launcher, which stops its ranks); kill them after the grace."""
+        for child in self.children:
+            if child.process.role != "service" and child.returncode is None:
+                child.asked_to_stop = True
+                _signal_group(child.popen.pid, signum)
+        if self.kill_at is None:
+            self.kill_at = time.monotonic() + self.plan.grace_s
+
+    def _stop_services(self) -> None:
+        services = [c for c in self.children if c.process.role == "service" and c.returncode is None]
+        for child in services:
+            _signal_group(child.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + SERVICE_GRACE_S
+        for child in services:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.returncode = child.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+    def _kill(self, children: list[_Child]) -> None:
+        for child in children:
+            if child.process.role == "launcher" and child.returncode is None:
+                for pid in descendants(child.popen.pid):  # its ranks run in sessions of their own
+                    _signal_group(pid, signal.SIGKILL)
+            _signal_group(child.popen.pid, signal.SIGKILL)
+
+    def leave_nothing_running(self) -> None:
+        """Kill what is left of every process group (a finished rank's stray workers too), reap, drain."""
+        self._close_listener()
+        self._kill(self.children)
+        for child in self.children:
+            returncode = child.popen.wait()
+            if child.returncode is None:
+                child.returncode = returncode
+        for pump in self.pumps:
+            pump.join(timeout=5)
+        for child in self.children:
+            for pipe in (child.popen.stdout, child.popen.stderr):
+                pipe.close()
+        if self.plan.launcher is not None:
+            for line in self.backend.trim_traceback(self.logs.held):
+                _console_stderr(line)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    """Signal the process group our child leads (it may outlive the child: its stray workers)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _console_stderr(line: str) -> None:
+    with contextlib.suppress(BrokenPipeError, ValueError):
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+
+def _needs_listener(plan: Plan) -> bool:
+    return any(p.listens or any(LOOPBACK_PORT in v for v in p.env.values()) for p in plan.processes)
+
+
+def _loopback_listener() -> socket.socket:
+    """A TCP socket listening on 127.0.0.1 at a port the OS picks (reachable from this machine only)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+@contextlib.contextmanager
+def _private_files(paths: tuple[Path, ...]) -> Iterator[None]:
+    created = []
+    try:
+        for path in paths:
+            create_private_file(path)
+            created.append(path)
+        yield
+    finally:
+        for path in created:
+            path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _queue_signals(queue: list[int]) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():  # Python allows handlers only there
+        yield
+        return
+    previous = {s: signal.signal(s, lambda signum, _frame: queue.append(signum)) for s in FORWARDED_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -1,0 +1,121 @@
+"""The torch backend of ``dpmigrate launch``: which processes a job needs, for the torch 2.13 this project pins.
+
+One node (no ``--master``): no torchrun, and nothing listens off 127.0.0.1.
+    torchrun ``--standalone`` runs its agent's TCPStore on every interface, and that agent unpickles
+    what a client stores under its rendezvous key: anyone who can reach the machine could run code in
+    the job (torch's TCPStore has no bind-address option). So the supervisor starts the N ranks itself,
+    ``sys.executable SCRIPT ARGS``, each with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE, GROUP_RANK=0, GROUP_WORLD_SIZE=1) and two ways to meet:
+    - ``DPMIGRATE_RENDEZVOUS``: a FileStore file, created empty and private in the private log dir; the
+      runtime (``dpmigrate.runtime.torch``) starts its process group with ``file://`` on it: no socket.
+    - ``MASTER_ADDR=127.0.0.1``, ``MASTER_PORT`` and ``TORCHELASTIC_USE_AGENT_STORE=True``, for scripts
+      that call ``init_process_group()`` themselves (env://, hand-written DDP, Lightning): every rank is
+      a client of the TCPStore that :mod:`.torch_store` serves on a socket the supervisor bound to
+      127.0.0.1 (no rank starts a store of its own, which would listen on every interface). The store
+      starts when a rank first connects, so converted scripts do not pay for its ``import torch``.
+    ``GLOO_SOCKET_IFNAME=lo`` (and ``NCCL_SOCKET_IFNAME=lo``) make the collectives listen on loopback.
+    The supervisor knows each rank's exit status directly and stops the others when one fails.
+Several nodes (or ``--master`` given): ``python -m torch.distributed.run --rdzv-backend static --rdzv-id
+    RUN_ID --nnodes M --node-rank R --master-addr HOST --master-port PORT``. Static rendezvous honours
+    the node rank the user gave (c10d would assign its own) and needs nothing but the master's TCPStore,
+    which must listen on the master's address; the run id (the same on every node, unguessable) is the
+    prefix of the keys torchrun's agents exchange there. Plus ``--nproc-per-node N --max-restarts 0
+    --monitor-interval 0.1 --shutdown-timeout 10``: a dead rank is noticed within 0.1 s and its peers
+    get SIGTERM, then SIGKILL 10 s later. Each rank runs under :mod:`.rank_status`, which records its
+    exact exit status for the failure report (torchrun's own summary is text, not an interface).
+    Output: ``--log-dir <logs>/torchrun --tee 3`` and ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``:
+    torchrun tails each rank's output to its own, each line prefixed ``[rank<i>] `` (by global rank),
+    and the supervisor files those lines under their rank.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+
+from .backend import LOOPBACK_PORT, Job, Plan, Process
+
+PREFIX_TEMPLATE = "[rank${rank}] "
+ONE_NODE_GRACE_S = 5
+SHUTDOWN_TIMEOUT_S = 10
+MONITOR_INTERVAL_S = 0.1
+LOOPBACK_INTERFACE = "lo0" if sys.platform == "darwin" else "lo"
+
+_RANK_PREFIX = re.compile(r"\[rank(\d+)\] ")
+
+
+def unavailable() -> str | None:
+    """Why torch jobs cannot run here, or None. Finds torch without importing it."""
+    if importlib.util.find_spec("torch") is None:
+        return (f"torch is not installed for {sys.executable}; install it (pip install 'dpmigrate[torch]') "
+                "or run dpmigrate from the environment the script trains in")
+    return None
+
+
+def plan(job: Job) -> Plan:
+    return _one_node(job) if job.master is None else _torchrun(job)
+
+
+def rendezvous_file(job: Job):
+    """The one-node FileStore: in the private log dir, named after the run so a reused dir never clashes."""
+    return job.log_dir / f"rendezvous-{job.run_id}"
+
+
+def _one_node(job: Job) -> Plan:
+    n, store_file = job.nproc_per_node, rendezvous_file(job)
+    shared = {
+        "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1",
+        "DPMIGRATE_RENDEZVOUS": str(store_file),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": LOOPBACK_PORT, "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "GLOO_SOCKET_IFNAME": LOOPBACK_INTERFACE, "NCCL_SOCKET_IFNAME": LOOPBACK_INTERFACE,
+    }
+    store = Process("store", (sys.executable, "-m", "dpmigrate.launch.torch_store"), {}, "service", listens=True)
+    ranks = tuple(
+        Process(f"rank{r}", (sys.executable, str(job.script), *job.script_args),
+                {"RANK": str(r), "LOCAL_RANK": str(r), **shared}, "rank", rank=r)
+        for r in job.ranks
+    )
+    return Plan(processes=(store, *ranks), grace_s=ONE_NODE_GRACE_S, private_files=(store_file,))
+
+
+def _torchrun(job: Job) -> Plan:
+    host, port = job.master
+    status_dir = job.log_dir / "rank-status"
+    argv = (
+        sys.executable, "-m", "torch.distributed.run",
+        "--rdzv-backend", "static", "--rdzv-id", job.run_id, "--nnodes", str(job.nnodes),
+        "--node-rank", str(job.node_rank), "--master-addr", host, "--master-port", str(port),
+        "--nproc-per-node", str(job.nproc_per_node), "--max-restarts", "0",
+        "--monitor-interval", str(MONITOR_INTERVAL_S), "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
+        "--log-dir", str(job.log_dir / "torchrun"), "--tee", "3",
+        "--module", "dpmigrate.launch.rank_status", str(status_dir), str(job.script), *job.script_args,
+    )
+    torchrun = Process("torchrun", argv, {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": PREFIX_TEMPLATE}, "launcher")
+    return Plan(processes=(torchrun,), grace_s=SHUTDOWN_TIMEOUT_S + 5, status_dir=status_dir,
+                private_dirs=(job.log_dir / "torchrun",))
+
+
+def split_rank(line: str) -> tuple[int | None, str]:
+    """``"[rank1] loss 0.3\\n"`` -> ``(1, "loss 0.3\\n")``; torchrun's own lines -> ``(None, line)``.
+
+    The prefix is ours (``PREFIX_TEMPLATE``), not a torchrun format."""
+    match = _RANK_PREFIX.match(line)
+    if match is None:
+        return None, line
+    return int(match.group(1)), line[match.end():]
+
+
+def trim_traceback(held: list[str]) -> list[str]:
+    """Of torchrun's final traceback, what helps: its failure summary, not its own frames.
+
+    Display only (the failure report comes from the ranks' exit statuses): ChildFailedError: the
+    summary block after the exception line; SignalException (we forwarded a signal): nothing;
+    anything else, or a format this does not recognise: all of it, so nothing is lost.
+    """
+    for i, line in enumerate(held):
+        if "ChildFailedError:" in line:
+            return held[i + 1:]
+        if "SignalException:" in line:
+            return []
+    return held
