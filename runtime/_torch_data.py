@@ -13,8 +13,16 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, Sampler, Subset
-from torch.utils.data import RandomSampler, SequentialSampler
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    Subset,
+)
 
 SHUFFLE_SEED = 0
 """Seed of the distributed shuffle (plus the epoch): the same on every rank, whatever the script seeded."""

@@ -59,7 +59,7 @@ class PeerMonitor:
         self._thread = threading.Thread(target=self._beat, name="dpmigrate-heartbeat", daemon=True)
 
     @classmethod
-    def start(cls, role, timeout_s: float) -> "PeerMonitor | None":
+    def start(cls, role, timeout_s: float) -> PeerMonitor | None:
         try:
             store = dist.distributed_c10d._get_default_store()
         except Exception:  # a backend without a store: no diagnosis, errors still propagate

@@ -28,8 +28,8 @@ from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
 from .strategy import Strategy
 
-_wrapped_models: "weakref.WeakSet[DistributedDataParallel]" = weakref.WeakSet()
-_distributed_optimizers: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
+_wrapped_models: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
+_distributed_optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
 _optimizers_generation = 0  # bumped by every registration and reset; never goes back
 
 

@@ -13,7 +13,8 @@ import builtins
 import contextlib
 import math
 import os
-from typing import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Callable
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
 """Collective timeout when neither ``init(timeout=)`` nor ``DPMIGRATE_TIMEOUT`` says otherwise.

@@ -9,7 +9,7 @@ tries them in, and why is documented in :mod:`dpmigrate.runtime.role_reader`. St
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 from .hostlist import expand_hostlist, expand_tasks_per_node
 from .role import LaunchEnvironmentError, Role

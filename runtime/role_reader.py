@@ -24,7 +24,7 @@ This module sits above both :mod:`~dpmigrate.runtime.role` (the data) and
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from .launchers import LAUNCHERS
 from .role import Role

@@ -18,7 +18,9 @@ import atexit
 import contextlib
 import datetime
 import os
-from typing import Any, ContextManager, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -280,7 +282,7 @@ def print(*args, **kwargs) -> None:  # noqa: A001 - the point is to stand in for
     common.print_on_main_process(is_main_process(), *args, **kwargs)
 
 
-def main_process_first(local: bool = True) -> ContextManager[None]:
+def main_process_first(local: bool = True) -> AbstractContextManager[None]:
     """Run the block on the main process (of each node when ``local``) first, then on the others.
 
     For downloads and caches: the first process fills the cache, the others find it full. Every rank

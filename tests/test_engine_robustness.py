@@ -6,11 +6,10 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from rule_testing import IMPORT, assert_converts, convert_text, findings_of
 
 from dpmigrate.codemod.engine import convert
 from dpmigrate.findings import ConversionError, Options
-
-from rule_testing import IMPORT, assert_converts, convert_text, findings_of
 
 
 def test_an_annotated_model_assignment_is_wrapped():

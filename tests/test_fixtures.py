@@ -7,7 +7,6 @@ current converter; review the diff before committing it.
 from __future__ import annotations
 
 import pytest
-
 from fixture_cases import cases, finding_lines, run
 
 CASES = cases("torch")

@@ -21,7 +21,6 @@ import subprocess
 import sys
 
 import pytest
-
 from fixture_cases import cases, run
 
 EXECUTABLE = [c for c in cases("torch") if (c / "execute.json").exists()]

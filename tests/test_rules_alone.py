@@ -4,7 +4,6 @@ and it needs no other rule to have run (shared facts are analyses, not other rul
 from __future__ import annotations
 
 import pytest
-
 from rule_testing import IMPORT, assert_rule_converts, convert_text
 
 SCRIPT = '''\

@@ -1,7 +1,6 @@
 """rank-device: hard-coded CUDA devices become dp.device(); CPU stays CPU."""
 
 import pytest
-
 from rule_testing import IMPORT, assert_converts, assert_unchanged, convert_text, findings_of
 
 HEAD = "import torch\n"

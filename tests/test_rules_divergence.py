@@ -1,7 +1,6 @@
 """rank-divergent-code: collectives only some ranks reach, and early exits decided on one rank."""
 
 import pytest
-
 from rule_testing import convert_text, findings_of
 
 CONVERTED = "import torch\nimport torch.distributed as dist\nimport dpmigrate.runtime.torch as dp\n"

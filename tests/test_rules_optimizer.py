@@ -1,7 +1,6 @@
 """distributed-optimizer: torch.optim optimizers (by qualified name) wrapped; --scale-lr."""
 
 import pytest
-
 from rule_testing import assert_converts, assert_unchanged, convert_text, findings_of
 
 

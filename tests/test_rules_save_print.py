@@ -1,7 +1,6 @@
 """distributed-save, main-process-print, main-process-logging, download-main-process-first."""
 
 import pytest
-
 from rule_testing import assert_converts, assert_unchanged, convert_text, findings_of
 
 TRAINS = "loss.backward()\n"

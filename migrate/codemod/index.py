@@ -16,7 +16,8 @@ import bisect
 import dataclasses
 import functools
 import heapq
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import libcst as cst
 import libcst.matchers as m

@@ -10,7 +10,8 @@ rule rewrote). Edits are keyed by node identity, so two equal-looking nodes are 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Sequence
+from typing import Callable
 
 import libcst as cst
 

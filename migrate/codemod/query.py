@@ -9,7 +9,7 @@ from one :class:`~.index.TreeIndex` of the file (no walk of the tree per questio
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import libcst as cst
 import libcst.matchers as m

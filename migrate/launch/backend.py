@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, Mapping, Protocol
+from typing import Literal, Protocol
 
 LOOPBACK_PORT = "<loopback port>"
 """In a :class:`Process`'s environment values: replaced by the port of a TCP socket the supervisor

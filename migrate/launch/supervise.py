@@ -29,8 +29,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from . import rank_status
 from .backend import LOOPBACK_PORT, Backend, Job, Outcome, Plan, Process, RankExit, describe_returncode

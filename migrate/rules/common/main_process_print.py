@@ -16,7 +16,8 @@ class MainProcessPrint(Rule):
     Why: launched on N processes every line of the log appears N times, interleaved.
     Example:  print('Train Epoch: {}'.format(epoch))  ->  dp.print('Train Epoch: {}'.format(epoch))
     Matched by qualified name (``builtins.print``): a ``print`` the script defines itself is kept.
-    Leaves alone: files that train nothing (helpers other programs may import); prints to a file (``file=sys.stderr``...) and prints followed by ``sys.exit`` or
+    Leaves alone: files that train nothing (helpers other programs may import); prints to a file
+    (``file=sys.stderr``...) and prints followed by ``sys.exit`` or
     ``raise`` (error messages, e.g. argument errors): every rank should still show those.
     """
 

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from ...codemod.vocabulary import Vocabulary
 from ..common import (
-    DownloadMainProcessFirst, InitRuntime, MainProcessLogging, MainProcessOutput, MainProcessPrint, RankDivergence,
+    DownloadMainProcessFirst,
+    InitRuntime,
+    MainProcessLogging,
+    MainProcessOutput,
+    MainProcessPrint,
+    RankDivergence,
 )
 from .distributed_model import DistributedModel
 from .distributed_optimizer import DistributedOptimizer

@@ -18,7 +18,15 @@ from typing import Literal
 import libcst as cst
 import libcst.matchers as m
 
-from ...codemod.query import Query, attribute_held, body_statements, optimizer_class, parameter_call, parameter_owners, target_names
+from ...codemod.query import (
+    Query,
+    attribute_held,
+    body_statements,
+    optimizer_class,
+    parameter_call,
+    parameter_owners,
+    target_names,
+)
 
 
 @dataclasses.dataclass

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import libcst as cst
-import libcst.matchers as m
-
 from ...codemod.rule import Rule
 from ._models import Models
 

@@ -38,8 +38,9 @@ class EvaluationLoader(Rule):
         for loader in loaders:
             for loop in loader.loops:
                 readers.setdefault(id(loop.node), []).append(loader)
-        verdicts = {id(loop.node): self._summable(loop) for l in loaders for loop in l.loops}
-        sharded = {id(l) for l in loaders if l.role == "eval" and all(verdicts[id(p.node)][1] is None for p in l.loops)}
+        verdicts = {id(loop.node): self._summable(loop) for loader in loaders for loop in loader.loops}
+        sharded = {id(loader) for loader in loaders
+                   if loader.role == "eval" and all(verdicts[id(p.node)][1] is None for p in loader.loops)}
         changed = True
         while changed:  # a loop read by a loader left whole must not all-reduce: unshard its other readers
             changed = False
