@@ -95,13 +95,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return launch.main(argv[1:])
     results: list[FileResult] = []
-    try:
-        with interruptible():
+    with interruptible():
+        try:
             return _run(argv, results)
-    except Interrupted as stop:  # one line, no traceback; the workers are already gone (convert_all)
-        print(f"dpmigrate: stopped by {stop.name} after {len(results)} file{'s' if len(results) != 1 else ''}; "
-              "every file written is complete, the others were left as they were", file=sys.stderr, flush=True)
-        return stop.code
+        except Interrupted as stop:  # one line, no traceback; the workers are already gone (convert_all)
+            print(f"dpmigrate: stopped by {stop.name} after {len(results)} file{'s' if len(results) != 1 else ''}; "
+                  "every file written is complete, the others were left as they were", file=sys.stderr, flush=True)
+            return stop.code
 
 
 def _run(argv: list[str], results: list[FileResult]) -> int:

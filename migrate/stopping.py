@@ -29,6 +29,8 @@ class Interrupted(BaseException):
 
 
 def _raise(signum: int, frame: object) -> None:
+    for other in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the clean-up short
+        signal.signal(other, signal.SIG_IGN)
     raise Interrupted(signum)
 
 

@@ -282,3 +282,18 @@ def test_check_and_diff_leave_even_a_stale_temporary_alone(tmp_path):
     assert main(["--check", str(script)]) == 0
     assert main(["--diff", str(script)]) == 0
     assert leftovers(tmp_path) == [stale]
+
+
+def test_a_conversion_that_moves_a_cell_boundary_or_an_ipython_line_is_refused():
+    # The engine keeps both today; this is the guard for the day a rule moves code across cells.
+    from dpmigrate.findings import ConversionError
+    from dpmigrate.notebooks import _split
+
+    held = ["!nvidia-smi"]
+    joined = "import torch\n# _dpmigrate_ipython_0_\n# %% dpmigrate-cell-1\nx = 1\n"
+    assert _split(joined, 2, held, "nb.ipynb") == ["import torch\n!nvidia-smi", "x = 1"]
+    for moved in ["import torch\n# %% dpmigrate-cell-1\nx = 1\n",  # the IPython line was lost
+                  "import torch\n# _dpmigrate_ipython_0_\n# %% dpmigrate-cell-1\n# %% dpmigrate-cell-1\nx = 1\n",  # doubled
+                  "import torch\n# _dpmigrate_ipython_0_\nx = 1\n"]:  # a boundary was lost
+        with pytest.raises(ConversionError, match="moved code across the notebook's cell boundaries"):
+            _split(moved, 2, held, "nb.ipynb")
