@@ -9,68 +9,39 @@ script from standard input (``dpmigrate -``, for editors), runs only some rules 
 ``--ignore``) and takes a project's defaults from ``[tool.dpmigrate]`` (``config.py``), flags
 winning. ``dpmigrate launch ...`` is the launcher (``dpmigrate.launch``). Importing this module
 loads no framework and no libcst: the engine is imported only when a file is converted.
+
+On bad input it never hangs, never prints a traceback and never changes a file silently: a FIFO or
+device named on the command line is refused (exit 2); ``-o`` never writes through a link in its folder
+and refuses to replace a source with its own copy; a notebook (``.ipynb``) has its code cells converted
+(``notebooks.py``); a file edited while it was being converted is left as the user left it (exit 2);
+Ctrl-C or ``kill`` stops at once with one line and exit 130 or 143 (``stopping.py``). Reading and
+converting, in worker processes for ``-j N``, is ``converting.py``; writing is ``writing.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
+import contextlib
 import dataclasses
 import difflib
-import functools
 import inspect
 import io
 import os
 import sys
-import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TextIO
 
 from . import __version__
 from .config import CHOICES, Config, ConfigError
 from .config import load as load_config
-from .files import Exclude, NotText, PathError, Source, check_text, discover
-from .findings import Conversion, ConversionError, Options
+from .converting import Outcome, convert_all, convert_source
+from .files import Exclude, PathError, Source, discover
+from .findings import Conversion, Options
 from .progress import Progress, is_terminal
 from .report import Failure, FileResult, render_json, render_text
-from .writing import WriteError, check_replaceable, write_atomic
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """What a worker sends back for one file (picklable: plain data, no exception objects)."""
-
-    path: str
-    conversion: Conversion | None = None
-    encoding: str = "utf-8"
-    failure: Failure | None = None
-
-
-def convert_path(path: str, options: Options) -> Outcome:
-    """Read and convert one file; runs in a worker process under ``-j N``."""
-    try:
-        with open(path, "rb") as handle:
-            source = handle.read()
-    except OSError as exc:
-        return Outcome(path, failure=Failure(f"cannot be read: {exc.strerror or exc}"))
-    return convert_source(source, path, options)
-
-
-def convert_source(source: bytes, path: str, options: Options) -> Outcome:
-    """Convert the bytes of one script, shown to the user as ``path``."""
-    try:
-        encoding = check_text(source)
-        from .codemod.engine import convert  # libcst is loaded by the first file, never by --help
-
-        return Outcome(path, convert(source, path, options), encoding)
-    except NotText as exc:
-        return Outcome(path, failure=Failure(exc.reason, exc.line, exc.col))
-    except ConversionError as exc:
-        return Outcome(path, failure=Failure(exc.reason, exc.line, exc.col))
-    except Exception:  # a bug in a rule must not take the other files down, nor lose its traceback
-        return Outcome(path, failure=Failure(
-            "dpmigrate failed on this file (a bug: please report it with the file and this traceback); "
-            "the file was left as it was\n" + traceback.format_exc()))
+from .runtime.atomic import remove_stale_temporaries
+from .stopping import Interrupted, interruptible
+from .writing import WriteError, check_replaceable, copy_destination, same_file, write_atomic
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,11 +50,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Turn single-GPU training scripts into data-parallel ones (in place by default). "
                     "`dpmigrate launch -n N script.py` runs the result on N processes.",
         epilog="Exit status: 0 nothing to change, 1 changed or would change (or rank-divergent code found), "
-               "2 a file could not be converted or written.",
+               "2 a file could not be converted or written, 130/143 stopped by Ctrl-C/SIGTERM.",
     )
     parser.add_argument("paths", nargs="*", metavar="PATH",
-                        help="files, or folders to search for *.py; `-` reads one script from stdin and writes the "
-                             "converted one to stdout")
+                        help="files (scripts, or .ipynb notebooks), or folders to search for *.py; `-` reads one script "
+                             "from stdin and writes the converted one to stdout")
     what = parser.add_argument_group("what to do (default: rewrite the files in place)")
     what.add_argument("--diff", action="store_true", help="print a unified diff; write nothing")
     what.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything would change")
@@ -123,6 +94,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import launch
 
         return launch.main(argv[1:])
+    results: list[FileResult] = []
+    with interruptible():
+        try:
+            return _run(argv, results)
+        except Interrupted as stop:  # one line, no traceback; the workers are already gone (convert_all)
+            print(f"dpmigrate: stopped by {stop.name} after {len(results)} file{'s' if len(results) != 1 else ''}; "
+                  "every file written is complete, the others were left as they were", file=sys.stderr, flush=True)
+            return stop.code
+
+
+def _run(argv: list[str], results: list[FileResult]) -> int:
+    """The run itself; ``results`` grows file by file, so that an interrupted run can say how far it got."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.list_rules:
@@ -148,9 +131,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.output_dir and (clash := _clashing_copies(sources)):
         print(f"dpmigrate: error: -o {args.output_dir}: {clash}; convert them in separate runs", file=sys.stderr)
         return 2
-    results = []
-    with Progress(len(sources), sys.stderr) as progress:
-        for source, outcome in zip(sources, _convert_all(sources, options, args.jobs)):
+    if args.output_dir and (own := _copies_onto_sources(sources, args.output_dir)):
+        print(f"dpmigrate: error: -o {args.output_dir}: {own}; nothing was written. Choose a folder other than the "
+              "sources' own, or drop -o to convert in place", file=sys.stderr)
+        return 2
+    with Progress(len(sources), sys.stderr) as progress, \
+            contextlib.closing(convert_all(sources, options, args.jobs)) as outcomes:
+        for source, outcome in zip(sources, outcomes):
             result = _apply(source, outcome, args, color, progress)
             if result.failure:
                 progress.say(result.failure_line())
@@ -256,16 +243,12 @@ def _clashing_copies(sources: Sequence[Source]) -> str | None:
     return None
 
 
-def _convert_all(sources: Sequence[Source], options: Options, jobs: int) -> Iterator[Outcome]:
-    """Outcomes in the order of ``sources``, whatever order the workers finish in."""
-    worker = functools.partial(convert_path, options=options)
-    paths = [s.path for s in sources]
-    jobs = jobs or os.cpu_count() or 1
-    if jobs == 1 or len(paths) < 2:
-        yield from map(worker, paths)
-        return
-    with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
-        yield from pool.map(worker, paths, chunksize=max(1, len(paths) // (jobs * 8)))
+def _copies_onto_sources(sources: Sequence[Source], output_dir: str) -> str | None:
+    """A source that -o would replace by its own copy (``-o .`` in the sources' folder), named."""
+    for source in sources:
+        if same_file(source.path, os.path.join(output_dir, source.relative)):
+            return f"the copy of {source.path} would replace the source itself"
+    return None
 
 
 def _apply(source: Source, outcome: Outcome, args: argparse.Namespace, color: bool, progress: Progress) -> FileResult:
@@ -276,9 +259,9 @@ def _apply(source: Source, outcome: Outcome, args: argparse.Namespace, color: bo
     result = FileResult(source.path, conversion.changed, conversion.framework, conversion.findings)
     try:
         if args.output_dir:
-            destination = os.path.join(args.output_dir, source.relative)
-            check_replaceable(destination, folder_only=True)
-            write_atomic(destination, conversion.output, like=source.path)
+            destination = copy_destination(args.output_dir, source.relative)
+            check_replaceable(destination, folder_only=True, follow_symlinks=False)
+            write_atomic(destination, conversion.output, like=source.path, follow_symlinks=False)
             if conversion.changed:
                 progress.say(f"Rewriting {source.path} -> {destination}")
         elif args.diff and conversion.changed:
@@ -286,8 +269,10 @@ def _apply(source: Source, outcome: Outcome, args: argparse.Namespace, color: bo
             _emit(sys.stdout, _diff(conversion, outcome.encoding, color))
         elif not args.check and not args.diff and conversion.changed:
             check_replaceable(source.path)
-            write_atomic(source.path, conversion.output)
+            write_atomic(source.path, conversion.output, expect=(conversion.original, outcome.read_as))
             progress.say(f"Rewriting {source.path}")
+        elif not args.check and not args.diff:  # a write cleans these up; an unchanged file must too
+            remove_stale_temporaries(os.path.realpath(source.path))
     except WriteError as exc:
         return dataclasses.replace(result, changed=False, failure=Failure(exc.reason))
     except OSError as exc:  # the file vanished or changed type between reading and writing

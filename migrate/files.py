@@ -16,6 +16,7 @@ import dataclasses
 import io
 import os
 import re
+import stat
 import subprocess
 import tokenize
 from collections.abc import Iterable, Sequence
@@ -30,7 +31,14 @@ class Source:
 
 
 class PathError(Exception):
-    """A command-line path that does not exist or is neither a file nor a directory."""
+    """A command-line path that does not exist or is neither a regular file nor a directory."""
+
+
+def kind_of(mode: int) -> str:
+    """What a file that is not a regular one is, in words."""
+    kinds = [(stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 class NotText(Exception):
@@ -83,6 +91,10 @@ def discover(paths: Sequence[str], exclude: Exclude | None = None, force_exclude
         if os.path.isdir(arg):
             candidates: Iterable[Source] = _walk(arg, exclude)
         elif os.path.exists(arg):
+            mode = os.stat(arg).st_mode
+            if not stat.S_ISREG(mode):  # a FIFO would block the read forever, a device never end
+                raise PathError(f"{arg}: is {kind_of(mode)}, not a regular file; dpmigrate converts files and folders "
+                                "only (nothing was converted)")
             candidates = [Source(arg, os.path.basename(arg))]
         else:
             raise PathError(f"{arg}: no such file or directory")
