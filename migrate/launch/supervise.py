@@ -71,6 +71,8 @@ def run(plan: Plan, job: Job, backend: Backend) -> Outcome:
     finally:
         supervisor.leave_nothing_running()
         logs.close()
+        with contextlib.suppress(OSError):  # kept only when it holds a diagnosis
+            job.diagnosis_dir.rmdir()
     launcher = next((c for c in supervisor.children if c.process.role == "launcher"), None)
     if plan.status_dir is not None:
         exits = rank_status.read_statuses(plan.status_dir, job.ranks)
