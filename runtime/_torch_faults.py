@@ -7,7 +7,11 @@ counter stopped moving, and prints which rank was lost after the traceback:
 
     dpmigrate: rank 0 lost rank 1 (no heartbeat for 2.0 s: the process exited, was killed or is frozen).
 
-The job is then marked broken so that exit does not try a clean teardown with dead peers.
+The job is then marked broken so that exit does not try a clean teardown with dead peers. Under
+``dpmigrate launch`` (which sets ``DPMIGRATE_DIAGNOSIS_DIR``, a private folder of the job's log dir) the
+diagnosis is also written there as ``lost-by-rank<i>.json`` (``{"rank": i, "lost": [...]}``), before
+the message: the launcher kills a lost rank at once (a frozen process ignores SIGTERM) and names it in
+its final line, instead of waiting for it to stop.
 
 Module state: ``_broken`` and the excepthook this module installed (``_installed_hook``);
 ``_reset_for_tests()`` clears the first and puts the previous hook back.
@@ -15,7 +19,10 @@ Module state: ``_broken`` and the excepthook this module installed (``_installed
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import tempfile
 import threading
 import time
 
@@ -24,6 +31,7 @@ import torch.distributed as dist
 INTERVAL = 0.5
 DIAGNOSIS_WAIT = 2.0
 _KEY = "dpmigrate/heartbeat/{}"
+DIAGNOSIS_DIR_VARIABLE = "DPMIGRATE_DIAGNOSIS_DIR"
 _broken = False
 _installed_hook: tuple | None = None  # (our hook, the hook it replaced)
 
@@ -105,6 +113,7 @@ class PeerMonitor:
                 "store is unreachable, so the master process (rank 0 or the launcher) is gone."
             )
         if lost:
+            _record_lost(self.rank, lost)
             names = ", ".join(str(r) for r in lost)
             return (
                 f"dpmigrate: rank {self.rank} lost rank{'s' if len(lost) > 1 else ''} {names} (no heartbeat "
@@ -118,6 +127,20 @@ class PeerMonitor:
             "`dpmigrate --check` reports such code; raise the timeout with DPMIGRATE_TIMEOUT for long "
             "rank-0-only work."
         )
+
+
+def _record_lost(rank: int, lost: list[int]) -> None:
+    """Tell ``dpmigrate launch`` which ranks this one lost (atomically: a private temporary, then a rename)."""
+    folder = os.environ.get(DIAGNOSIS_DIR_VARIABLE)
+    if not folder:
+        return
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".lost-by-rank{rank}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"rank": rank, "lost": lost}, f)
+        os.replace(tmp, os.path.join(folder, f"lost-by-rank{rank}.json"))
+    except OSError as e:  # the message below still names the lost ranks
+        sys.stderr.write(f"dpmigrate: cannot tell the launcher which ranks were lost ({folder}: {e})\n")
 
 
 def _install_excepthook(monitor: PeerMonitor) -> None:

@@ -331,6 +331,31 @@ def test_torchruns_own_frames_are_hidden_and_an_unknown_format_is_shown_whole():
     assert torch_backend.trim_traceback(other) == other
 
 
+def test_torchruns_busy_master_port_traceback_becomes_one_line():
+    held = ["Traceback (most recent call last):\n", '  File "static_tcp_rendezvous.py", line 67, in next_rendezvous\n',
+            # torch 2.13's own text, from a real run with the port taken
+            "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+            "address. port: 59755, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use\n"]
+    assert torch_backend.trim_traceback(held) == [
+        "dpmigrate launch: the --master port 59755 is in use on this machine (torchrun's store could not listen "
+        "on it); pick a free port\n"]
+
+
+def test_a_busy_master_port_is_refused_on_node_0_only(tmp_path, capsys):
+    script = write_script(tmp_path, "")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert dpmigrate.launch.main(["-n", "2", "--master", f"localhost:{port}", str(script)]) == 2
+        assert f"--master localhost:{port}: the port is in use on this machine; pick a free port, e.g. --master " \
+               "localhost:" in capsys.readouterr().err
+        # another node's launcher does not serve the store (node 0 does, on this port): it accepts the request
+        args = cli._parser().parse_args(["-n", "2", "--nnodes", "2", "--node-rank", "1", "--master",
+                                         f"127.0.0.1:{port}", "--run-id", RUN_ID, str(script)])
+        assert cli._job(args).master == ("127.0.0.1", port)
+
+
 def test_ranks_that_were_stopped_are_never_blamed_and_signal_deaths_come_first():
     exits = [RankExit(0, 1, stopped=False, ended=10.0), RankExit(1, -9, stopped=False, ended=10.2),
              RankExit(2, -15, stopped=True, ended=10.3), RankExit(3, 1, stopped=True, ended=10.3),
@@ -354,6 +379,14 @@ def test_final_line_names_the_failed_rank_and_returns_its_exit_code(tmp_path):
     assert code == 128 + 9
     assert line == ("dpmigrate launch: rank 2 failed (killed by SIGKILL); the other ranks were stopped. "
                     f"Logs: {tmp_path}")
+
+
+def test_final_line_names_a_frozen_rank_first_as_killed_with_sigkill(tmp_path):
+    outcome = _outcome(RankExit(0, 1, False, 2.0), RankExit(1, -9, True, 1.0), RankExit(2, -15, True, 2.1))
+    outcome.lost = {1: 0}
+    assert report.final_line(outcome, _job(tmp_path, 3), None) == (128 + signal.SIGKILL, (
+        "dpmigrate launch: rank 1 stopped responding (rank 0 lost it: no heartbeat), so it was killed; rank 0 "
+        f"failed (exit code 1); the other ranks were stopped. Logs: {tmp_path}"))
 
 
 def test_final_line_when_interrupted_or_succeeded(tmp_path):
@@ -664,3 +697,88 @@ def test_every_listening_socket_of_a_one_node_job_is_on_loopback(tmp_path, kind)
     assert [a for a in everything if not a.startswith("127.0.0.1:")] == []
     # the store starts only for scripts that connect to it; the runtime's ranks meet in the file
     assert len(stores) == (1 if kind == "init_process_group" else 0)
+
+
+# ------------------------------------------------- a frozen rank, a busy master port (slow)
+
+FAULT_JOB = Path(__file__).parent / "jobs" / "torch_fault.py"
+COLLECTIVE_TIMEOUT_S = 5
+DIAGNOSIS_S = 2  # the runtime's wait for a stopped heartbeat (_torch_faults.DIAGNOSIS_WAIT)
+END_AFTER_DIAGNOSIS_S = 5  # what the issue allows between the diagnosis and the end of the whole job
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("torchrun", [False, True], ids=["one-node", "torchrun"])
+def test_a_frozen_rank_ends_the_whole_job_within_5_s_of_its_diagnosis(tmp_path, torchrun):
+    """Rank 1 SIGSTOPs itself while rank 0 waits in an all-reduce with --timeout 5: rank 0 diagnoses it at
+    timeout + 2 s; every process of the job must be gone 5 s later, and the final line names rank 1."""
+    master = ["--master", f"127.0.0.1:{free_port()}"] if torchrun else []
+    log_dir = tmp_path / "logs"
+    proc = launcher_process("-n", "2", *master, "--timeout", str(COLLECTIVE_TIMEOUT_S), "--log-dir", str(log_dir),
+                            str(FAULT_JOB), "--victim", "1", "--how", "stop", "--froze-at", str(tmp_path),
+                            cwd=tmp_path)
+    frozen = None
+    try:
+        wait_for_files([tmp_path / "froze"], timeout_s=120)  # the job starting is not what is measured
+        frozen, froze_at = (tmp_path / "froze").read_text().split()
+        frozen, froze_at = int(frozen), float(froze_at)
+        pids = [proc.pid, *descendants(proc.pid)]
+        _, err = proc.communicate(timeout=120)
+        ended = time.time()
+        left = [pid for pid in pids if alive(pid)]
+    finally:
+        proc.kill()
+        if frozen is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(frozen, signal.SIGKILL)
+    took = ended - froze_at
+    print(f"{'torchrun' if torchrun else 'one node'}: the job ended {took:.1f} s after rank 1 froze")
+    assert proc.returncode == 128 + signal.SIGKILL  # the frozen rank's: killed by dpmigrate
+    assert left == [], "processes of the job still running after dpmigrate launch exited"
+    assert took <= COLLECTIVE_TIMEOUT_S + DIAGNOSIS_S + END_AFTER_DIAGNOSIS_S, f"took {took:.1f} s\n{err[-3000:]}"
+    assert frozen in pids
+    final = err.rstrip().splitlines()[-1]
+    # rank 0 then failed by itself (one node), or was stopped by torchrun first, as rank 1's death made it
+    assert final.startswith("dpmigrate launch: rank 1 stopped responding (rank 0 lost it: no heartbeat), "
+                            "so it was killed; "), final
+
+
+@pytest.mark.slow
+def test_master_on_a_busy_port_is_one_line_naming_the_address_and_the_fix(tmp_path):
+    script = write_script(tmp_path, "dist.destroy_process_group()\n")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = launcher_process("-n", "2", "--master", f"127.0.0.1:{port}", "--log-dir", str(tmp_path / "logs"),
+                                str(script), cwd=tmp_path)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert out == ""
+    line, = err.splitlines()
+    suggested = re.fullmatch(rf"dpmigrate launch: error: --master 127\.0\.0\.1:{port}: the port is in use on this machine; "
+                             r"pick a free port, e\.g\. --master 127\.0\.0\.1:(\d+)", line)
+    assert suggested, line
+    assert int(suggested.group(1)) != port
+    with socket.socket() as s:  # the suggested port was free
+        s.bind(("127.0.0.1", int(suggested.group(1))))
+
+
+@pytest.mark.slow
+def test_under_torchrun_peers_that_ignore_sigterm_are_killed_soon_after_a_rank_failed(tmp_path, capfd):
+    """torchrun gives them a fixed 30 s; dpmigrate kills their process groups after PEER_GRACE_S."""
+    script = write_script(tmp_path, """\
+        if rank == 1:
+            time.sleep(1)
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(60)
+    """)
+    log_dir = tmp_path / "logs"
+    code = dpmigrate.launch.main(["-n", "2", "--master", f"127.0.0.1:{free_port()}", "--log-dir", str(log_dir),
+                                  str(script)])
+    ended = time.time()
+    failed_at = json.loads((log_dir / "rank-status" / "rank1.json").read_text())["ended"]
+    assert code == 3
+    assert ended - failed_at < torch_backend.PEER_GRACE_S + 4, f"took {ended - failed_at:.1f} s"
+    assert capfd.readouterr().err.rstrip().splitlines()[-1].startswith("dpmigrate launch: rank 1 failed (exit code 3)")

@@ -49,6 +49,11 @@ class Job:
         first = self.node_rank * self.nproc_per_node
         return tuple(range(first, first + self.nproc_per_node))
 
+    @property
+    def diagnosis_dir(self) -> Path:
+        """Where the ranks record which peers they lost (:mod:`.diagnosis`); private, created by the supervisor."""
+        return self.log_dir / "diagnosis"
+
 
 @dataclasses.dataclass(frozen=True)
 class Process:
@@ -72,6 +77,8 @@ class Plan:
 
     processes: tuple[Process, ...]
     grace_s: float  # after asking the processes to stop, wait this long before killing them
+    peer_grace_s: float = 5.0  # after a rank failed, its peers on this node (asked to stop by the supervisor
+    # or by the framework's launcher) get this long before the supervisor kills their process groups
     private_files: tuple[Path, ...] = ()  # created empty (O_EXCL, 0600) before the start, removed after
     private_dirs: tuple[Path, ...] = ()  # created (0700) before the start, for the processes' own files
     status_dir: Path | None = None  # where rank_status writes each rank's exit (launcher plans)
@@ -137,6 +144,8 @@ class Outcome:
     launcher_returncode: int | None  # the framework launcher's exit status; None without one
     interrupted: int | None  # the signal that made dpmigrate stop the job, if one did
     launcher_lines: list[str]  # the launcher's and services' own output (never a rank's)
+    lost: dict[int, int] = dataclasses.field(default_factory=dict)  # rank found frozen and killed -> the
+    # rank that found it lost (its heartbeat stopped while it was still running)
 
 
 class Backend(Protocol):

@@ -10,8 +10,11 @@ request, picks the framework from the script's imports, asks that framework's ba
 module each: :mod:`.torch`) and hands it to the neutral supervisor (:mod:`.supervise`):
 
 - the ranks get ``OMP_NUM_THREADS=1`` unless it is already set (N CPU ranks each using all cores
-  thrash), ``PYTHONUNBUFFERED=1``, and ``DPMIGRATE_TIMEOUT=S`` with ``--timeout`` (the runtime's
-  collective timeout, in seconds);
+  thrash), ``PYTHONUNBUFFERED=1``, ``DPMIGRATE_TIMEOUT=S`` with ``--timeout`` (the runtime's
+  collective timeout, in seconds) and ``DPMIGRATE_DIAGNOSIS_DIR`` (where the runtime records which
+  peers it found lost: :mod:`.diagnosis`);
+- node 0 of a job with ``--master`` serves the rendezvous store on the master port: if that port is
+  in use on this machine, one line says so and names a free one (exit 2), before anything starts;
 - each rank's output is streamed live as ``[rank<i>] ...`` and kept in ``DIR/rank<i>.log`` (default
   ``DIR``: ``./dpmigrate-logs/<timestamp>``, created readable by this user only);
 - the exit code and the final line: :mod:`.report`; Ctrl-C / SIGTERM stops every rank (exit 130 / 143);
@@ -34,7 +37,7 @@ import time
 from pathlib import Path
 
 from ..frameworks import FRAMEWORK_OF_PACKAGE
-from . import report, supervise
+from . import diagnosis, master_port, report, supervise
 from . import torch as torch_backend
 from .backend import Backend, Job, Plan, Process
 from .processes import make_private_dirs
@@ -118,6 +121,10 @@ def _job(args: argparse.Namespace) -> Job:
     if master is None and nnodes > 1:
         raise UsageError(f"--nnodes {nnodes} needs --master HOST:PORT, node 0's address and a free port on it "
                          "(the same on every node), e.g. --master node0:29500")
+    if master is not None and node_rank == 0 and not args.dry_run:
+        busy = master_port.in_use_message(args.master, *master)
+        if busy:
+            raise UsageError(busy)
     script = Path(args.script)
     if not script.is_file():
         raise UsageError(f"{args.script}: no such script (looked in {Path.cwd()})")
@@ -223,7 +230,7 @@ def _backend(framework: str, script: Path) -> Backend:
 
 def with_common_env(plan: Plan, job: Job) -> Plan:
     """Add what every rank (or launcher) of every framework gets; the backend's own variables win."""
-    env = {"PYTHONUNBUFFERED": "1"}
+    env = {"PYTHONUNBUFFERED": "1", diagnosis.VARIABLE: str(job.diagnosis_dir)}
     if "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = "1"
     if job.timeout_s is not None:

@@ -8,7 +8,10 @@ interface (a torchrun upgrade could change it and silently break the failure rep
 runs the real rank, ``sys.executable SCRIPT ARGS``, as its child, waits for it and writes
 ``STATUS_DIR/rank<RANK>.json``: the exit code (negative: the signal that killed it), whether the rank
 was asked to stop before it ended (then it is not to blame), and when it ended. It then exits the way
-the rank did (same code, or killed by the same signal), so the launcher sees no difference.
+the rank did (same code, or killed by the same signal), so the launcher sees no difference. At the
+start it writes ``STATUS_DIR/rank<RANK>.pid``, its pid, which is also its process group's id (torchrun
+starts each rank in a session of its own): dpmigrate kills that group itself when torchrun would wait
+too long (torchrun waits a fixed 30 s for the peers of a failed rank, whatever ``--shutdown-timeout``).
 
 Signals: the rank stays in this wrapper's process group, and torchrun (like dpmigrate) stops a rank by
 signalling its whole group, so the rank receives every stop signal itself. The wrapper forwards
@@ -46,6 +49,10 @@ def main(argv: list[str]) -> int:
     stop_requested: list[int] = []
     for signum in STOP_SIGNALS:
         signal.signal(signum, lambda s, _frame: stop_requested.append(s))
+    try:
+        _write_atomically(status_dir, f"rank{rank}.pid", f"{os.getpid()}\n")
+    except OSError as e:
+        print(f"dpmigrate launch: cannot record rank {rank}'s pid in {status_dir} ({e})", file=sys.stderr)
     child = subprocess.Popen(command, preexec_fn=die_with_parent_hook())
     returncode = child.wait()  # retried after each signal handler (PEP 475)
     exit_ = RankExit(rank, returncode, stopped=bool(stop_requested), ended=time.time())
@@ -58,13 +65,18 @@ def main(argv: list[str]) -> int:
 
 
 def write_status(status_dir: Path, exit_: RankExit) -> None:
-    """Write ``rank<i>.json`` atomically (a private temporary file, then a rename)."""
-    fd, tmp = tempfile.mkstemp(dir=status_dir, prefix=f".rank{exit_.rank}.", suffix=".tmp")
+    """Write ``rank<i>.json`` atomically."""
+    _write_atomically(status_dir, f"rank{exit_.rank}.json", json.dumps(
+        {"rank": exit_.rank, "returncode": exit_.returncode, "stopped": exit_.stopped, "ended": exit_.ended}))
+
+
+def _write_atomically(folder: Path, name: str, text: str) -> None:
+    """A private temporary file (random name, O_EXCL), then a rename: readers never see half of it."""
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump({"rank": exit_.rank, "returncode": exit_.returncode, "stopped": exit_.stopped,
-                       "ended": exit_.ended}, f)
-        os.replace(tmp, status_dir / f"rank{exit_.rank}.json")
+            f.write(text)
+        os.replace(tmp, folder / name)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -83,9 +95,18 @@ def read_statuses(status_dir: Path, ranks: tuple[int, ...]) -> dict[int, RankExi
     return found
 
 
+def read_pids(status_dir: Path, ranks: tuple[int, ...]) -> dict[int, int]:
+    """The pids (= process group ids) of the wrappers of ``ranks`` that have started."""
+    found = {}
+    for rank in ranks:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            found[rank] = int((status_dir / f"rank{rank}.pid").read_text())
+    return found
+
+
 def forget_statuses(status_dir: Path) -> None:
-    """Remove the statuses an earlier run left in ``status_dir`` (a reused log dir), before a new run."""
-    for stale in [*status_dir.glob("rank*.json"), *status_dir.glob(".rank*.tmp")]:
+    """Remove what an earlier run left in ``status_dir`` (a reused log dir), before a new run."""
+    for stale in [*status_dir.glob("rank*.json"), *status_dir.glob("rank*.pid"), *status_dir.glob(".rank*.tmp")]:
         stale.unlink(missing_ok=True)
 
 

@@ -5,7 +5,10 @@ number if a signal killed it); 128 + N when dpmigrate was stopped by signal N. T
 ranks that failed by themselves, most telling first: a rank killed by a signal ahead of the peers that
 then failed with exit code 1 because their collective broke, then in the order they ended. Ranks
 that were asked to stop (by dpmigrate, or by the framework's launcher after a peer failed) are never
-blamed, whatever their exit code.
+blamed, whatever their exit code. A rank a peer found lost while it still ran (frozen: its heartbeat
+stopped, see :mod:`.diagnosis`) is named first, as killed by dpmigrate, and the exit code is then
+128 + SIGKILL (137) on every path (the peer that found it may have failed by itself, or, under
+torchrun, been stopped by torchrun first).
 """
 
 from __future__ import annotations
@@ -22,13 +25,18 @@ def final_line(outcome: Outcome, job: Job, launcher: str | None) -> tuple[int, s
     if outcome.interrupted is not None:
         name = signal.Signals(outcome.interrupted).name
         return 128 + outcome.interrupted, f"dpmigrate launch: {name} received; all ranks were stopped. {logs}"
-    culprits = failed_ranks(list(outcome.rank_exits.values()))
-    if culprits:
-        named = ", ".join(f"rank {e.rank} failed ({e.describe()})" for e in culprits)
-        stopped = any(e.stopped for e in outcome.rank_exits.values())
+    lost = outcome.lost
+    culprits = [e for e in failed_ranks(list(outcome.rank_exits.values())) if e.rank not in lost]
+    if culprits or lost:
+        named = "; ".join(
+            [f"rank {r} stopped responding (rank {by} lost it: no heartbeat), so it was killed"
+             for r, by in sorted(lost.items())]
+            + ([", ".join(f"rank {e.rank} failed ({e.describe()})" for e in culprits)] if culprits else []))
+        stopped = any(e.stopped for e in outcome.rank_exits.values() if e.rank not in lost)
         others = "" if not stopped else (
             "; the other ranks were stopped" if job.nnodes == 1 else "; the other ranks on this node were stopped")
-        return culprits[0].job_exit_code, f"dpmigrate launch: {named}{others}. {logs}"
+        code = 128 + signal.SIGKILL if lost else culprits[0].job_exit_code
+        return code, f"dpmigrate launch: {named}{others}. {logs}"
     if outcome.launcher_returncode not in (None, 0):
         code = exit_code_of(outcome.launcher_returncode)
         missing = [r for r in job.ranks if r not in outcome.rank_exits]

@@ -6,9 +6,13 @@
   (``PR_SET_PDEATHSIG``).
 - Ranks started directly (one node): their exit statuses are known exactly (``Popen``). When one fails
   (a non-zero exit or a signal), the others are stopped: SIGTERM to their groups, SIGKILL after
-  ``Plan.grace_s``. A rank that was asked to stop is recorded as stopped and never blamed.
+  ``Plan.peer_grace_s``. A rank that was asked to stop is recorded as stopped and never blamed.
 - A framework launcher (several nodes) starts and stops the ranks itself; its exit ends the job, and
-  the ranks' exit statuses are read from the files :mod:`.rank_status` wrote.
+  the ranks' exit statuses are read from the files :mod:`.rank_status` wrote. Once one of those says a
+  rank failed, the ranks still running under the launcher get ``Plan.peer_grace_s``, then SIGKILL from
+  us (torchrun itself waits a fixed 30 s before it kills them).
+- A rank found lost by a peer while it still runs (frozen: its heartbeat stopped, :mod:`.diagnosis`)
+  is killed at once, SIGKILL to its group (SIGTERM cannot stop a stopped or wedged process), and named.
 - Services (a rendezvous store) run until the ranks are done, then get SIGTERM. A service that listens
   on the plan's loopback socket starts only when a first client connects to it (see ``Process.listens``).
 - SIGINT/SIGTERM/SIGHUP to ``dpmigrate launch`` are forwarded to every rank (or to the launcher); after
@@ -32,7 +36,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import rank_status
+from . import diagnosis, rank_status
 from .backend import LOOPBACK_PORT, Backend, Job, Outcome, Plan, Process, RankExit, describe_returncode
 from .processes import create_private_file, descendants, die_with_parent_hook, make_private_dirs
 from .streams import LogFiles
@@ -52,13 +56,14 @@ class _Child:
 
 def run(plan: Plan, job: Job, backend: Backend) -> Outcome:
     """Run ``plan`` to the end; the log dir must exist (the caller created it, private)."""
-    for folder in plan.private_dirs:
+    for folder in (*plan.private_dirs, job.diagnosis_dir):
         make_private_dirs(folder)
+    diagnosis.forget(job.diagnosis_dir)  # an earlier run's, in a reused --log-dir
     if plan.status_dir is not None:
         make_private_dirs(plan.status_dir)
         rank_status.forget_statuses(plan.status_dir)  # an earlier run's, in a reused --log-dir
     logs = LogFiles(job.log_dir, job.ranks)
-    supervisor = _Supervisor(plan, logs, backend)
+    supervisor = _Supervisor(plan, job, logs, backend)
     try:
         with _private_files(plan.private_files), _queue_signals(supervisor.signals):
             supervisor.start()
@@ -66,24 +71,28 @@ def run(plan: Plan, job: Job, backend: Backend) -> Outcome:
     finally:
         supervisor.leave_nothing_running()
         logs.close()
+        with contextlib.suppress(OSError):  # kept only when it holds a diagnosis
+            job.diagnosis_dir.rmdir()
     launcher = next((c for c in supervisor.children if c.process.role == "launcher"), None)
     if plan.status_dir is not None:
         exits = rank_status.read_statuses(plan.status_dir, job.ranks)
     else:
         exits = supervisor.rank_exits
     return Outcome(rank_exits=exits, launcher_returncode=launcher.returncode if launcher else None,
-                   interrupted=supervisor.interrupted, launcher_lines=logs.launcher_lines)
+                   interrupted=supervisor.interrupted, launcher_lines=logs.launcher_lines, lost=supervisor.lost)
 
 
 class _Supervisor:
-    def __init__(self, plan: Plan, logs: LogFiles, backend: Backend):
-        self.plan, self.logs, self.backend = plan, logs, backend
+    def __init__(self, plan: Plan, job: Job, logs: LogFiles, backend: Backend):
+        self.plan, self.job, self.logs, self.backend = plan, job, logs, backend
         self.children: list[_Child] = []
         self.pumps: list[threading.Thread] = []
         self.rank_exits: dict[int, RankExit] = {}
         self.signals: list[int] = []  # queued by the signal handlers
         self.interrupted: int | None = None
         self.kill_at: float | None = None  # when the grace after a stop request ends
+        self.kill_ranks_at: float | None = None  # launcher plans: when the ranks under it get SIGKILL from us
+        self.lost: dict[int, int] = {}  # rank found lost while running, and killed -> the rank that found it
         self.done = False  # every rank (or the launcher) has exited
         self.listener: socket.socket | None = None  # on 127.0.0.1, for the service with Process.listens
         self.port = ""
@@ -139,8 +148,10 @@ class _Supervisor:
             self._handle_signals()
             self._start_service_on_first_client()
             failed = self._reap()
+            self._kill_lost_ranks()
             if failed and self.kill_at is None:
-                self._ask_to_stop(signal.SIGTERM)
+                self._ask_to_stop(signal.SIGTERM, self.plan.peer_grace_s)
+            self._kill_ranks_the_launcher_waits_for()
             if all(c.returncode is not None for c in self.children if c.process.role != "service"):
                 self.done = True
                 break
@@ -176,16 +187,66 @@ class _Supervisor:
                 self.kill_at = float("inf")
                 continue
             self.interrupted = signum
-            self._ask_to_stop(signum)
+            self._ask_to_stop(signum, self.plan.grace_s)
 
-    def _ask_to_stop(self, signum: int) -> None:
+    def _ask_to_stop(self, signum: int, grace_s: float) -> None:
         """Signal every rank (or the launcher, which stops its ranks); kill them after the grace."""
         for child in self.children:
             if child.process.role != "service" and child.returncode is None:
                 child.asked_to_stop = True
                 _signal_group(child.popen.pid, signum)
         if self.kill_at is None:
-            self.kill_at = time.monotonic() + self.plan.grace_s
+            self.kill_at = time.monotonic() + grace_s
+
+    def _kill_lost_ranks(self) -> None:
+        """Kill at once this node's ranks that a peer found lost while they still run (frozen)."""
+        if self.done or self.interrupted is not None:
+            return
+        for rank, by in diagnosis.lost_ranks(self.job.diagnosis_dir).items():
+            if rank in self.lost or rank not in self.job.ranks:
+                continue
+            group = self._running_rank_group(rank)
+            if group is None:  # it has exited: its own exit status tells what happened
+                continue
+            self.lost[rank] = by
+            self.logs.note(f"dpmigrate launch: rank {rank} stopped responding (rank {by} lost it: no heartbeat); "
+                           "killing it")
+            _signal_group(group, signal.SIGKILL)
+
+    def _running_rank_group(self, rank: int) -> int | None:
+        """The process group of ``rank`` if it still runs on this node (one node: marked as stopped by us)."""
+        if self.plan.status_dir is None:
+            child = next((c for c in self.children if c.process.role == "rank" and c.process.rank == rank), None)
+            if child is None or child.returncode is not None:
+                return None
+            child.asked_to_stop = True
+            return child.popen.pid
+        if rank in rank_status.read_statuses(self.plan.status_dir, (rank,)):
+            return None
+        group = rank_status.read_pids(self.plan.status_dir, (rank,)).get(rank)
+        launcher = self._launcher()
+        if group is None or launcher is None or group not in descendants(launcher.popen.pid):
+            return None  # not started yet, or not ours (a stale pid file)
+        return group
+
+    def _kill_ranks_the_launcher_waits_for(self) -> None:
+        """Launcher plans: once a rank failed, the ranks still under the launcher get ``peer_grace_s``
+        (the launcher sends them SIGTERM), then SIGKILL from us, so the launcher's own wait ends."""
+        if self.plan.status_dir is None or self.done or self.kill_ranks_at == float("inf"):
+            return
+        if self.kill_ranks_at is None:
+            exits = rank_status.read_statuses(self.plan.status_dir, self.job.ranks).values()
+            if self.lost or any(e.failed for e in exits):
+                self.kill_ranks_at = time.monotonic() + self.plan.peer_grace_s
+        elif time.monotonic() >= self.kill_ranks_at:
+            launcher = self._launcher()
+            if launcher is not None and launcher.returncode is None:
+                for pid in descendants(launcher.popen.pid):  # the ranks run in sessions of their own
+                    _signal_group(pid, signal.SIGKILL)
+            self.kill_ranks_at = float("inf")
+
+    def _launcher(self) -> _Child | None:
+        return next((c for c in self.children if c.process.role == "launcher"), None)
 
     def _stop_services(self) -> None:
         services = [c for c in self.children if c.process.role == "service" and c.returncode is None]

@@ -20,9 +20,12 @@ Several nodes (or ``--master`` given): ``python -m torch.distributed.run --rdzv-
     the node rank the user gave (c10d would assign its own) and needs nothing but the master's TCPStore,
     which must listen on the master's address; the run id (the same on every node, unguessable) is the
     prefix of the keys torchrun's agents exchange there. Plus ``--nproc-per-node N --max-restarts 0
-    --monitor-interval 0.1 --shutdown-timeout 10``: a dead rank is noticed within 0.1 s and its peers
-    get SIGTERM, then SIGKILL 10 s later. Each rank runs under :mod:`.rank_status`, which records its
-    exact exit status for the failure report (torchrun's own summary is text, not an interface).
+    --monitor-interval 0.1 --shutdown-timeout 5``: a dead rank is noticed within 0.1 s and its peers
+    get SIGTERM. torchrun then waits a fixed 30 s before SIGKILL (``--shutdown-timeout`` applies only
+    when torchrun itself is signalled; no flag shortens the wait after a rank failed), so the
+    supervisor kills the peers' process groups itself after ``PEER_GRACE_S``. Each rank runs under
+    :mod:`.rank_status`, which records its pid and its exact exit status for that and for the failure
+    report (torchrun's own summary is text, not an interface).
     Output: ``--log-dir <logs>/torchrun --tee 3`` and ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``:
     torchrun tails each rank's output to its own, each line prefixed ``[rank<i>] `` (by global rank),
     and the supervisor files those lines under their rank.
@@ -38,11 +41,13 @@ from .backend import LOOPBACK_PORT, Job, Plan, Process
 
 PREFIX_TEMPLATE = "[rank${rank}] "
 ONE_NODE_GRACE_S = 5
-SHUTDOWN_TIMEOUT_S = 10
+PEER_GRACE_S = 3  # after a rank failed, its peers' time to stop on SIGTERM before they are killed
+SHUTDOWN_TIMEOUT_S = 5  # torchrun's, when it is signalled (Ctrl-C): it forwards the signal, then kills
 MONITOR_INTERVAL_S = 0.1
 LOOPBACK_INTERFACE = "lo0" if sys.platform == "darwin" else "lo"
 
 _RANK_PREFIX = re.compile(r"\[rank(\d+)\] ")
+_PORT_IN_USE = re.compile(r"failed to listen on any local network address\. port: (\d+).*EADDRINUSE")
 
 
 def unavailable() -> str | None:
@@ -76,7 +81,8 @@ def _one_node(job: Job) -> Plan:
                 {"RANK": str(r), "LOCAL_RANK": str(r), **shared}, "rank", rank=r)
         for r in job.ranks
     )
-    return Plan(processes=(store, *ranks), grace_s=ONE_NODE_GRACE_S, private_files=(store_file,))
+    return Plan(processes=(store, *ranks), grace_s=ONE_NODE_GRACE_S, peer_grace_s=PEER_GRACE_S,
+                private_files=(store_file,))
 
 
 def _torchrun(job: Job) -> Plan:
@@ -92,7 +98,8 @@ def _torchrun(job: Job) -> Plan:
         "--module", "dpmigrate.launch.rank_status", str(status_dir), str(job.script), *job.script_args,
     )
     torchrun = Process("torchrun", argv, {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": PREFIX_TEMPLATE}, "launcher")
-    return Plan(processes=(torchrun,), grace_s=SHUTDOWN_TIMEOUT_S + 5, status_dir=status_dir,
+    return Plan(processes=(torchrun,), grace_s=SHUTDOWN_TIMEOUT_S + 5, peer_grace_s=PEER_GRACE_S,
+                status_dir=status_dir,
                 private_dirs=(job.log_dir / "torchrun",))
 
 
@@ -110,9 +117,15 @@ def trim_traceback(held: list[str]) -> list[str]:
     """Of torchrun's final traceback, what helps: its failure summary, not its own frames.
 
     Display only (the failure report comes from the ranks' exit statuses): ChildFailedError: the
-    summary block after the exception line; SignalException (we forwarded a signal): nothing;
+    summary block after the exception line; SignalException (we forwarded a signal): nothing; the
+    store could not listen on the master port (taken after :mod:`.master_port` checked it): one line;
     anything else, or a format this does not recognise: all of it, so nothing is lost.
     """
+    for line in held:
+        busy = _PORT_IN_USE.search(line)
+        if busy:
+            return [f"dpmigrate launch: the --master port {busy.group(1)} is in use on this machine (torchrun's "
+                    "store could not listen on it); pick a free port\n"]
     for i, line in enumerate(held):
         if "ChildFailedError:" in line:
             return held[i + 1:]
