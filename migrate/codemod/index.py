@@ -39,6 +39,8 @@ class TreeIndex:
         self._by_type: dict[type, list[int]] = builder.by_type
         self._scopes: Any = None
         self._qualified: dict[int, frozenset[str]] = {}
+        self._identifiers: frozenset[str] | None = None
+        self._possible: dict[frozenset[str], frozenset[str]] = {}
 
     # --- structure --------------------------------------------------------------------------------
 
@@ -99,6 +101,24 @@ class TreeIndex:
 
     # --- names ------------------------------------------------------------------------------------
 
+    def possible(self, names: Iterable[str]) -> frozenset[str]:
+        """Those of ``names`` (or prefixes) that some node's qualified name could equal or start with.
+
+        Every part of a qualified name is an identifier written in the file (an import's module,
+        an alias's real name, an attribute, a function or class) or one of libcst's own parts
+        (``builtins``, ``<locals>``, ``<comprehension>``): ``torch.distributed.barrier`` cannot
+        be the name of anything in a file where no ``barrier`` is written. Asking this first lets
+        a file whose rules look for names it never mentions skip the scope analysis altogether.
+        """
+        key = frozenset(names)
+        found = self._possible.get(key)
+        if found is None:
+            if self._identifiers is None:
+                self._identifiers = frozenset(n.value for n in self.of_type(self.module, cst.Name)) | _LIBCST_PARTS
+            found = frozenset(n for n in key if all(part in self._identifiers for part in n.strip(".").split(".")))
+            self._possible[key] = found
+        return found
+
     def qualified_names(self, node: cst.CSTNode) -> frozenset[str]:
         """The names ``QualifiedNameProvider`` gives ``node`` (``{"torch.optim.SGD"}``), computed once."""
         key = id(node)
@@ -110,6 +130,9 @@ class TreeIndex:
             names = frozenset(q.name for q in scope.get_qualified_names_for(node)) if scope else frozenset()
             self._qualified[key] = names
         return names
+
+
+_LIBCST_PARTS = frozenset({"builtins", "<locals>", "<comprehension>"})
 
 
 @functools.cache

@@ -39,11 +39,14 @@ class Query:
 
     def is_call_to(self, node: cst.CSTNode, names: Iterable[str]) -> bool:
         """True for a call whose callee resolves (by qualified name) to one of ``names``."""
-        return isinstance(node, cst.Call) and bool(self.qualified_names(node.func) & set(names))
+        if not isinstance(node, cst.Call):
+            return False
+        possible = self.index.possible(names)  # names the file never writes need no scope analysis
+        return bool(possible) and bool(self.qualified_names(node.func) & possible)
 
     def callee_starts_with(self, node: cst.CSTNode, prefix: str) -> str | None:
         """The callee's qualified name when it starts with ``prefix`` (e.g. ``"torch.optim."``)."""
-        if isinstance(node, cst.Call):
+        if isinstance(node, cst.Call) and self.index.possible((prefix,)):
             for name in sorted(self.qualified_names(node.func)):
                 if name.startswith(prefix):
                     return name

@@ -122,6 +122,8 @@ class RankAnalysis:
         return found
 
     def _direct_collective(self, call: cst.Call) -> str | None:
+        if not self.q.index.possible(self.collectives):  # the file names no collective: no scope analysis
+            return None
         for name in sorted(self.q.qualified_names(call.func)):
             if name in self.collectives:
                 return self.vocabulary.short_name(name)
