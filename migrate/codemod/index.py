@@ -13,6 +13,7 @@ computes them, but only for the nodes asked about, each once.
 from __future__ import annotations
 
 import bisect
+import builtins
 import dataclasses
 import functools
 import heapq
@@ -21,6 +22,7 @@ from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, ScopeProvider
 
 
@@ -41,6 +43,9 @@ class TreeIndex:
         self._qualified: dict[int, frozenset[str]] = {}
         self._identifiers: frozenset[str] | None = None
         self._possible: dict[frozenset[str], frozenset[str]] = {}
+        self._import_words: tuple[frozenset[str], frozenset[str]] | None = None
+        self._defined: frozenset[str] | None = None
+        self._called_only: frozenset[str] | None = None
 
     # --- structure --------------------------------------------------------------------------------
 
@@ -119,6 +124,94 @@ class TreeIndex:
             self._possible[key] = found
         return found
 
+    def qualified_names_among(self, node: cst.CSTNode, names: Iterable[str]) -> frozenset[str]:
+        """``qualified_names(node) & names``, without the file's scope analysis when the answer is plain.
+
+        Empty, without resolving anything, when ``node`` cannot be any of ``names`` (see
+        :meth:`_could_be`); ``{"builtins.print"}`` for a ``print(...)`` whose name the file never
+        writes anywhere but as the callee of a call (nothing can bind it, so libcst resolves it to
+        the builtin). Anything else is resolved as ``QualifiedNameProvider`` does.
+        """
+        candidates = self._could_be(node, self.possible(names))
+        if not candidates:
+            return frozenset()
+        return self._qualified_names_cheaply(node) & candidates
+
+    def qualified_names_under(self, node: cst.CSTNode, package: str) -> frozenset[str]:
+        """The qualified names of ``node`` that are ``package`` or inside it (``"torch"``, ``"builtins"``)."""
+        if not self.may_start_with(node, package):
+            return frozenset()
+        return frozenset(q for q in self._qualified_names_cheaply(node) if q == package or q.startswith(package + "."))
+
+    def _qualified_names_cheaply(self, node: cst.CSTNode) -> frozenset[str]:
+        if isinstance(node, cst.Name) and self._only_called(node.value):
+            return frozenset({f"builtins.{node.value}"} if hasattr(builtins, node.value) else ())
+        return self.qualified_names(node)
+
+    def may_start_with(self, node: cst.CSTNode, prefix: str) -> bool:
+        """False when no qualified name of ``node`` can be or start with ``prefix`` (``"logging."``, ``"torch"``)."""
+        if not self.possible((prefix,)):
+            return False
+        full = _full_name(node)
+        if full is None:
+            return True
+        root = full.split(".", 1)[0]
+        return root in self._parts()[1] or _first(prefix) in self._firsts(root)
+
+    def _could_be(self, node: cst.CSTNode, names: frozenset[str]) -> frozenset[str]:
+        """Those of ``names`` that a qualified name of ``node`` could be, decided from the file's words.
+
+        libcst names a node after its dotted name (``a.b.c`` for ``a.b().c``) and what binds its
+        first part, the root: an import (the import's real name, then the rest of the path), a
+        builtin (``builtins.<root>``), or a definition (the enclosing classes and functions, then
+        the path). So a name's last part is the node's own last part, the root, or a word of some
+        import; and it starts with the root, a class or function name, ``builtins`` (for a root
+        that is a builtin), or anything when an import binds the root.
+        """
+        full = _full_name(node)
+        if not names or full is None:
+            return names
+        root, own = full.split(".", 1)[0], full.rsplit(".", 1)[-1]
+        import_parts, import_roots = self._parts()
+        firsts = None if root in import_roots else self._firsts(root)
+        return frozenset(
+            n for n in names
+            if (n.rsplit(".", 1)[-1] in (own, root) or n.rsplit(".", 1)[-1] in import_parts)
+            and (firsts is None or _first(n) in firsts)
+        )
+
+    def _parts(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(every word of every import, the first word of every name an import binds)."""
+        if self._import_words is None:
+            words: set[str] = set()
+            roots: set[str] = set()
+            for node in self.of_type(self.module, cst.Import, cst.ImportFrom):
+                if isinstance(node, cst.ImportFrom) and node.module is not None:
+                    words.update(n.value for n in self.of_type(node.module, cst.Name))
+                for alias in () if isinstance(node.names, cst.ImportStar) else node.names:
+                    words.update(n.value for n in self.of_type(alias, cst.Name))
+                    bound = alias.asname.name if alias.asname is not None else alias.name
+                    roots.update(n.value for n in self.of_type(bound, cst.Name)[:1])
+            self._import_words = (frozenset(words), frozenset(roots))
+        return self._import_words
+
+    def _firsts(self, root: str) -> frozenset[str]:
+        """What a qualified name of a node whose root no import binds can start with."""
+        if self._defined is None:
+            self._defined = frozenset(d.name.value for d in self.of_type(self.module, cst.FunctionDef, cst.ClassDef))
+        return self._defined | _NAMESPACES | {root} | ({"builtins"} if hasattr(builtins, root) else set())
+
+    def _only_called(self, name: str) -> bool:
+        """Every ``Name`` node spelling ``name`` in the file is the callee of a call (so none binds it)."""
+        if self._called_only is None:
+            written: set[str] = set()
+            called: set[str] = set()
+            for node in self.of_type(self.module, cst.Name):
+                parent = self._parents.get(id(node))
+                (called if isinstance(parent, cst.Call) and parent.func is node else written).add(node.value)
+            self._called_only = frozenset(called - written)
+        return name in self._called_only
+
     def qualified_names(self, node: cst.CSTNode) -> frozenset[str]:
         """The names ``QualifiedNameProvider`` gives ``node`` (``{"torch.optim.SGD"}``), computed once."""
         key = id(node)
@@ -132,7 +225,25 @@ class TreeIndex:
         return names
 
 
-_LIBCST_PARTS = frozenset({"builtins", "<locals>", "<comprehension>"})
+# Parts of qualified names that libcst makes up: the builtins module, function and comprehension
+# namespaces, and the root of an attribute on an expression that is not a name (``(a + b).abs``
+# is named as if it were ``None.abs``, that is ``builtins.None``).
+_NAMESPACES = frozenset({"<locals>", "<comprehension>"})
+_LIBCST_PARTS = frozenset({"builtins", "None"}) | _NAMESPACES
+
+
+def _first(name: str) -> str:
+    return name.strip(".").split(".", 1)[0]
+
+
+def _full_name(node: cst.CSTNode) -> str | None:
+    """libcst's dotted name of a name, attribute, call or subscript (``a.b.c`` for ``a.b().c``), else None.
+
+    An attribute of an expression that is not a name is ``None.<attr>``, as libcst spells it.
+    """
+    if isinstance(node, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+        return get_full_name_for_node(node)
+    return None
 
 
 @functools.cache

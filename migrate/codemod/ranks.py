@@ -122,9 +122,7 @@ class RankAnalysis:
         return found
 
     def _direct_collective(self, call: cst.Call) -> str | None:
-        if not self.q.index.possible(self.collectives):  # the file names no collective: no scope analysis
-            return None
-        for name in sorted(self.q.qualified_names(call.func)):
+        for name in sorted(self.q.index.qualified_names_among(call.func, self.collectives)):
             if name in self.collectives:
                 return self.vocabulary.short_name(name)
         return None
