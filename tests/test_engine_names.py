@@ -37,6 +37,11 @@ SNIPPETS = {
     "import after use": "torch.device('cpu')\nimport torch\n",
     "star import": "from torch.optim import *\nopt = SGD([])\n",
     "relative import": "from .models import device\ndevice()\n",
+    "two imports of one name": "import numpy as np\ntry:\n    import cupy as np\nexcept ImportError:\n    pass\nnp.ones(2)\n",
+    "import inside a function": "import torch\ndef f():\n    import numpy as torch\n    return torch.ones(2)\n",
+    "name used before its import": "x = torch.ones(2)\nimport torch\ny = torch.ones(2)\n",
+    "function using a later import": "def f():\n    return nn.Linear(2, 2)\nfrom torch import nn\n",
+    "dotted and plain import": "import torch\nimport torch.nn\nm = torch.nn.Linear(2, 2)\n",
 }
 
 
@@ -82,6 +87,13 @@ def test_names_the_file_never_writes_need_no_scope_analysis():
     index = TreeIndex(MetadataWrapper(module, unsafe_skip_copy=True))
     calls = [n for n in index.nodes if isinstance(n, cst.Call)]
     assert [sorted(index.qualified_names_among(c.func, PROBES)) for c in calls] == [[], ["builtins.print"], [], [], []]
-    assert index._scopes is None  # answered without libcst's scope analysis
-    assert index.qualified_names_among(calls[0].func, {"torch.nn.Linear"}) == {"torch.nn.Linear"}
+    assert index.qualified_names_among(calls[0].func, {"torch.nn.Linear"}) == {"torch.nn.Linear"}  # import only
+    assert index._scopes is None  # all answered without libcst's scope analysis
+
+
+def test_a_name_bound_otherwise_too_gets_the_scope_analysis():
+    module = cst.parse_module(b"import torch\ndef f(torch):\n    return torch.device('cpu')\n")
+    index = TreeIndex(MetadataWrapper(module, unsafe_skip_copy=True))
+    call = next(n for n in index.nodes if isinstance(n, cst.Call))
+    assert index.qualified_names_among(call.func, {"torch.device"}) == frozenset()
     assert index._scopes is not None

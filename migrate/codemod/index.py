@@ -24,6 +24,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, ScopeProvider
+from libcst.metadata.scope_provider import ImportAssignment
 
 
 class TreeIndex:
@@ -46,6 +47,7 @@ class TreeIndex:
         self._import_words: tuple[frozenset[str], frozenset[str]] | None = None
         self._defined: frozenset[str] | None = None
         self._called_only: frozenset[str] | None = None
+        self._imported_only: dict[str, list[cst.Import | cst.ImportFrom]] | None = None
 
     # --- structure --------------------------------------------------------------------------------
 
@@ -146,7 +148,58 @@ class TreeIndex:
     def _qualified_names_cheaply(self, node: cst.CSTNode) -> frozenset[str]:
         if isinstance(node, cst.Name) and self._only_called(node.value):
             return frozenset({f"builtins.{node.value}"} if hasattr(builtins, node.value) else ())
+        full = _full_name(node)
+        imports = self._only_imported().get(full.split(".", 1)[0]) if full is not None else None
+        if imports is not None and self._is_use(_root_node(node)):  # libcst's ImportAssignment names it, no scopes
+            return frozenset(q.name for i in imports
+                             for q in ImportAssignment("", None, i, 0, i).get_qualified_names_for(full))
         return self.qualified_names(node)
+
+    def _only_imported(self) -> dict[str, list[cst.Import | cst.ImportFrom]]:
+        """Names bound only by module-level imports and used only after them, with those imports.
+
+        ``import torch`` / ``from torch import nn as tnn`` at the top level, and the name
+        written nowhere else but as a callee, an argument, the object of an attribute or the
+        module of a ``from`` import: nothing can shadow it, so every scope sees exactly those
+        imports, and libcst names ``tnn.Linear`` after them (``torch.nn.Linear``).
+        """
+        if self._imported_only is None:
+            bound: dict[str, list[cst.Import | cst.ImportFrom]] = {}
+            last_import: dict[str, int] = {}
+            rejected: set[str] = set()
+            for statement in self.of_type(self.module, cst.Import, cst.ImportFrom):
+                top_level = not any(isinstance(a, _SCOPES) for a in self.ancestors(statement))
+                for alias in () if isinstance(statement.names, cst.ImportStar) else statement.names:
+                    target = alias.asname.name if alias.asname is not None else alias.name
+                    if not isinstance(target, cst.Name) or not top_level:
+                        rejected.add(_root_node(target).value)  # a dotted import, or one a function may shadow with
+                        continue
+                    bound.setdefault(target.value, []).append(statement)
+                    last_import[target.value] = self._order[id(statement)]
+            for name in self.of_type(self.module, cst.Name):
+                if name.value not in bound or name.value in rejected:
+                    continue
+                parent = self._parents.get(id(name))
+                if isinstance(parent, cst.ImportAlias | cst.AsName) and self._in_import_binding(name, parent):
+                    continue
+                used = self._is_use(name) or (isinstance(parent, cst.ImportFrom) and parent.module is name)
+                if not used or self._order[id(name)] < last_import[name.value]:
+                    rejected.add(name.value)
+            self._imported_only = {n: i for n, i in bound.items() if n not in rejected}
+        return self._imported_only
+
+    def _is_use(self, name: cst.CSTNode) -> bool:
+        """``name`` is read as a callee, an argument or the object of an attribute (none binds a name)."""
+        parent = self._parents.get(id(name))
+        return ((isinstance(parent, cst.Call) and parent.func is name)
+                or (isinstance(parent, cst.Attribute) and parent.value is name)
+                or (isinstance(parent, cst.Arg) and parent.value is name))
+
+    def _in_import_binding(self, name: cst.Name, parent: cst.ImportAlias | cst.AsName) -> bool:
+        """``name`` is what an import alias binds (``import torch``, ``... as tnn``)."""
+        if isinstance(parent, cst.AsName):
+            return isinstance(self._parents.get(id(parent)), cst.ImportAlias)
+        return parent.asname is None and parent.name is name
 
     def may_start_with(self, node: cst.CSTNode, prefix: str) -> bool:
         """False when no qualified name of ``node`` can be or start with ``prefix`` (``"logging."``, ``"torch"``)."""
@@ -228,12 +281,20 @@ class TreeIndex:
 # Parts of qualified names that libcst makes up: the builtins module, function and comprehension
 # namespaces, and the root of an attribute on an expression that is not a name (``(a + b).abs``
 # is named as if it were ``None.abs``, that is ``builtins.None``).
+_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _NAMESPACES = frozenset({"<locals>", "<comprehension>"})
 _LIBCST_PARTS = frozenset({"builtins", "None"}) | _NAMESPACES
 
 
 def _first(name: str) -> str:
     return name.strip(".").split(".", 1)[0]
+
+
+def _root_node(node: cst.CSTNode) -> cst.CSTNode:
+    """The name a dotted name starts from (``torch`` in ``torch.nn.Linear(2, 2).weight``)."""
+    while isinstance(node, cst.Attribute | cst.Call | cst.Subscript):
+        node = node.func if isinstance(node, cst.Call) else node.value
+    return node
 
 
 def _full_name(node: cst.CSTNode) -> str | None:
