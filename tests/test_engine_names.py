@@ -41,6 +41,8 @@ SNIPPETS = {
     "import inside a function": "import torch\ndef f():\n    import numpy as torch\n    return torch.ones(2)\n",
     "name used before its import": "x = torch.ones(2)\nimport torch\ny = torch.ones(2)\n",
     "function using a later import": "def f():\n    return nn.Linear(2, 2)\nfrom torch import nn\n",
+    "attribute and keyword spelled like an import": "from torch import nn\nimport torch.nn.functional as F\n"
+    "m = nn.Linear(2, 2, bias=F.nn)\nf(nn=m)\n",
     "dotted and plain import": "import torch\nimport torch.nn\nm = torch.nn.Linear(2, 2)\n",
 }
 

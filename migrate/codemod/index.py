@@ -159,9 +159,9 @@ class TreeIndex:
         """Names bound only by module-level imports and used only after them, with those imports.
 
         ``import torch`` / ``from torch import nn as tnn`` at the top level, and the name
-        written nowhere else but as a callee, an argument, the object of an attribute or the
-        module of a ``from`` import: nothing can shadow it, so every scope sees exactly those
-        imports, and libcst names ``tnn.Linear`` after them (``torch.nn.Linear``).
+        written nowhere else but as a callee, an argument, the object of an attribute, an
+        attribute's or keyword's name, or the module of a ``from`` import: nothing can shadow it,
+        so every scope sees exactly those imports, and libcst names ``tnn.Linear`` after them (``torch.nn.Linear``).
         """
         if self._imported_only is None:
             bound: dict[str, list[cst.Import | cst.ImportFrom]] = {}
@@ -181,6 +181,9 @@ class TreeIndex:
                     continue
                 parent = self._parents.get(id(name))
                 if isinstance(parent, cst.ImportAlias | cst.AsName) and self._in_import_binding(name, parent):
+                    continue
+                if ((isinstance(parent, cst.Attribute) and parent.attr is name)  # ``x.nn`` neither binds nor reads ``nn``
+                        or (isinstance(parent, cst.Arg) and parent.keyword is name)):  # nor does ``f(nn=1)``
                     continue
                 used = self._is_use(name) or (isinstance(parent, cst.ImportFrom) and parent.module is name)
                 if not used or self._order[id(name)] < last_import[name.value]:
