@@ -16,10 +16,11 @@ import dataclasses
 from typing import Literal
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper
 
 from ..frameworks import REGISTRY, Framework, framework_of_package
 from .index import TreeIndex
+from .positions import start_of
 from .vocabulary import Vocabulary, matches
 
 Status = Literal["convert", "converted", "hand-distributed", "multiprocessing", "mixed", "unsupported", "none"]
@@ -43,7 +44,7 @@ def detect(wrapper: MetadataWrapper, index: TreeIndex | None = None) -> Detectio
     ``index`` is the engine's index of the same module, shared with the rules (built if None).
     """
     index = index or TreeIndex(wrapper)
-    found = _Uses(index)
+    found = _Uses(index, names=False)  # imports and method calls first: no scope analysis
     index.visit(found)
     frameworks = tuple(sorted(found.frameworks))
     where = lambda node: _position(wrapper, node)  # noqa: E731 - tiny local helper
@@ -65,6 +66,9 @@ def detect(wrapper: MetadataWrapper, index: TreeIndex | None = None) -> Detectio
     framework = frameworks[0]
     rule_set = REGISTRY[framework].rule_set()
     vocabulary: Vocabulary = rule_set.VOCABULARY
+    if index.possible(_name_prefixes(vocabulary, bool(rule_set.RULES))):  # a use by name could decide it
+        found = _Uses(index, names=True)
+        index.visit(found)
     generation = vocabulary.generation(found.qualified)
     if not rule_set.RULES:
         converted = [r.VOCABULARY.display_name for r in map(Framework.rule_set, REGISTRY.values()) if r.RULES]
@@ -92,13 +96,23 @@ def detect(wrapper: MetadataWrapper, index: TreeIndex | None = None) -> Detectio
     return Detection("convert", framework, generation, frameworks, **where(found.frameworks[framework]))
 
 
+def _name_prefixes(vocabulary: Vocabulary, has_rules: bool) -> list[str]:
+    """The qualified-name prefixes detection asks about (generations; for a framework with rules,
+    hand-written distribution and process starting). Only when the file could use one of them are
+    the qualified names of its names and attributes computed."""
+    prefixes = [prefix for prefix, _ in vocabulary.generations]
+    if has_rules:
+        prefixes += [*vocabulary.distributed_prefixes, *vocabulary.multiprocessing_prefixes]
+    return prefixes
+
+
 def _single(frameworks: tuple[str, ...]) -> str | None:
     return frameworks[0] if len(frameworks) == 1 else None
 
 
 def _position(wrapper: MetadataWrapper, node: cst.CSTNode) -> dict[str, int]:
-    start = wrapper.resolve(PositionProvider)[node].start
-    return {"line": start.line, "col": start.column + 1}
+    line, col = start_of(wrapper.module, node)
+    return {"line": line, "col": col}
 
 
 def _dotted(node: cst.BaseExpression | None) -> str:
@@ -112,9 +126,10 @@ def _dotted(node: cst.BaseExpression | None) -> str:
 class _Uses(cst.CSTVisitor):
     """Collects the first import of each framework, and every qualified name and method call in order."""
 
-    def __init__(self, index: TreeIndex) -> None:
+    def __init__(self, index: TreeIndex, *, names: bool) -> None:
         super().__init__()
         self.index = index
+        self.names = names  # False: skip the qualified names of names and attributes (imports only)
         self.frameworks: dict[str, cst.CSTNode] = {}
         self.qualified: set[str] = set()
         self.runtime: cst.CSTNode | None = None
@@ -153,7 +168,7 @@ class _Uses(cst.CSTVisitor):
         self._imported(node, _dotted(node.module), names)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        for qualified in self.index.qualified_names(node):
+        for qualified in self.index.qualified_names(node) if self.names else ():
             self._used(node, qualified)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -161,5 +176,5 @@ class _Uses(cst.CSTVisitor):
             self._uses.append((node, "method", node.func.attr.value))
 
     def visit_Name(self, node: cst.Name) -> None:
-        for qualified in self.index.qualified_names(node):
+        for qualified in self.index.qualified_names(node) if self.names else ():
             self._used(node, qualified)

@@ -39,15 +39,21 @@ class Query:
 
     def is_call_to(self, node: cst.CSTNode, names: Iterable[str]) -> bool:
         """True for a call whose callee resolves (by qualified name) to one of ``names``."""
-        return isinstance(node, cst.Call) and bool(self.qualified_names(node.func) & set(names))
+        return isinstance(node, cst.Call) and bool(self.index.qualified_names_among(node.func, names))
 
     def callee_starts_with(self, node: cst.CSTNode, prefix: str) -> str | None:
         """The callee's qualified name when it starts with ``prefix`` (e.g. ``"torch.optim."``)."""
         if isinstance(node, cst.Call):
-            for name in sorted(self.qualified_names(node.func)):
+            names = (self.index.qualified_names_under(node.func, prefix[:-1]) if prefix.endswith(".")
+                     else self.qualified_names(node.func))
+            for name in sorted(names):
                 if name.startswith(prefix):
                     return name
         return None
+
+    def named_under(self, node: cst.CSTNode, package: str) -> bool:
+        """``node`` resolves to ``package`` or a name inside it (``"torch"``: ``torch.cuda``, ``torch``)."""
+        return bool(self.index.qualified_names_under(node, package))
 
     # --- structure --------------------------------------------------------------------------------
 

@@ -122,7 +122,7 @@ class RankAnalysis:
         return found
 
     def _direct_collective(self, call: cst.Call) -> str | None:
-        for name in sorted(self.q.qualified_names(call.func)):
+        for name in sorted(self.q.index.qualified_names_among(call.func, self.collectives)):
             if name in self.collectives:
                 return self.vocabulary.short_name(name)
         return None

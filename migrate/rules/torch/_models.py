@@ -83,7 +83,7 @@ class Models:
 
     def _builtin(self, call: cst.Call) -> bool:
         """``next(self.parameters())``, ``list(model.parameters())``: reading parameters, not training them."""
-        return any(q.startswith("builtins.") for q in self.q.qualified_names(call.func))
+        return self.q.named_under(call.func, "builtins")
 
     def _binding_scope(self, name: str, site: cst.CSTNode) -> cst.CSTNode | None:
         function = self.q.function_of(site)

@@ -160,4 +160,4 @@ class RankDevice(Rule):
         owner = func.value
         if not isinstance(owner, (cst.Name, cst.Attribute)):
             return False  # nn.CrossEntropyLoss().cuda(): a method of the object the call built
-        return any(q == "torch" or q.startswith("torch.") for q in self.q.qualified_names(owner))
+        return self.q.named_under(owner, "torch")
