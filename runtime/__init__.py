@@ -60,6 +60,9 @@ CONTRACT: tuple[ContractName, ...] = (
     ContractName("distributed_model", "(model)", """
         Wraps for data parallelism. The wrapped model's ``state_dict()`` has the unwrapped keys (no
         ``module.``), and unknown attributes are forwarded to the original model."""),
+    ContractName("unwrap", "(model)", """
+        The model as the user built it: the framework's data-parallel wrapper removed (the argument
+        itself when it is not wrapped). What whole-model saves and exports must see."""),
     ContractName("distributed_optimizer", "(optimizer)", """
         Averages gradients exactly once (by the wrapped model, or by an all-reduce for parameters no
         wrapped model owns) and applies ``Strategy.gradient_accumulation``."""),

@@ -37,7 +37,7 @@ __all__ = [
     "Role", "Strategy", "UnsupportedStrategy", "all_gather", "all_reduce", "barrier", "broadcast",
     "device", "distributed_loader", "distributed_model", "distributed_optimizer", "init",
     "is_main_process", "local_rank", "main_process_first", "per_rank_batch_size", "print", "rank",
-    "role", "save", "scale_lr", "scope", "shard", "shutdown", "world_size",
+    "role", "save", "scale_lr", "scope", "shard", "shutdown", "unwrap", "world_size",
 ]
 
 class _State:
@@ -166,6 +166,13 @@ def distributed_model(model: torch.nn.Module) -> torch.nn.Module:
     if isinstance(model, torch.nn.parallel.DistributedDataParallel) or world_size() == 1:
         return model
     return wrap_model(model, _state.strategy, device())
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside a DDP (or DataParallel) wrapper; ``model`` itself when it is not wrapped."""
+    while isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+        model = model.module
+    return model
 
 
 def distributed_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
