@@ -173,3 +173,63 @@ def test_a_model_held_in_an_attribute_is_declined():
     assert "self = dp" not in text and "distributed_model" not in text
     [finding] = findings_of(result, "distributed-model", "declined")
     assert "self.model = dp.distributed_model(self.model)" in finding.fix
+
+
+def test_model_built_in_the_main_block_is_wrapped_there_before_training():
+    # issue 8, defect 1: the wrap used to land at the end of the file, after the training had run
+    assert_converts(
+        """
+        import torch
+        if __name__ == "__main__":
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(3):
+                opt.zero_grad(); model(torch.ones(4, 2)).sum().backward(); opt.step()
+        """,
+        """
+        import torch
+        import dpmigrate.runtime.torch as dp
+
+        if __name__ == "__main__":
+            dp.init()
+            model = torch.nn.Linear(2, 1)
+            model = dp.distributed_model(model)
+            opt = dp.distributed_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+            for step in range(3):
+                opt.zero_grad(); model(torch.ones(4, 2)).sum().backward(); opt.step()
+        """,
+    )
+
+
+def test_model_built_in_a_with_block_inside_main_is_wrapped_inside_it():
+    result = convert_text(
+        """
+        import torch
+
+        def main():
+            with torch.autograd.detect_anomaly():
+                model = torch.nn.Linear(2, 1)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                opt.zero_grad(); model(torch.ones(4, 2)).sum().backward(); opt.step()
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    lines = result.output.decode().splitlines()
+    assert lines.index("        model = dp.distributed_model(model)") == lines.index("        model = torch.nn.Linear(2, 1)") + 1
+
+
+def test_model_built_and_trained_inside_a_loop_is_declined_not_wrapped_after_it():
+    result = convert_text(
+        """
+        import torch
+        for trial in range(2):
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            opt.zero_grad(); model(torch.ones(4, 2)).sum().backward(); opt.step()
+        """
+    )
+    assert "distributed_model" not in result.output.decode()
+    declined = findings_of(result, "distributed-model", "declined")
+    assert len(declined) == 1 and "inside one block" in declined[0].message

@@ -22,6 +22,7 @@ from ...codemod.query import (
     Query,
     attribute_held,
     body_statements,
+    is_main_guard,
     optimizer_class,
     parameter_call,
     parameter_owners,
@@ -35,7 +36,7 @@ class ModelSite:
 
     site: cst.CSTNode
     name: str
-    verdict: Literal["wrap", "attribute", "elsewhere"]
+    verdict: Literal["wrap", "attribute", "elsewhere", "inside"]
     anchor: cst.BaseStatement | None = None
 
 
@@ -57,6 +58,8 @@ class Models:
                 continue
             done.add(key)
             anchor = self._anchor(scope, name) if verdict == "wrap" else None
+            if verdict == "wrap" and anchor is None:
+                verdict = "inside"
             self.sites.append(ModelSite(site, name, verdict, anchor))
 
     @property
@@ -93,9 +96,21 @@ class Models:
             return self.module
         return None
 
-    def _anchor(self, scope: cst.CSTNode, name: str) -> cst.BaseStatement:
+    def _anchor(self, scope: cst.CSTNode, name: str) -> cst.BaseStatement | None:
+        """The statement to wrap after, or None when the model is built and trained inside one block.
+
+        A block that builds the model and also trains it (``if __name__ == "__main__":`` holding the
+        whole script, ``with ...:``) is entered, so the wrap lands before the training in it; any
+        other such block (``if``/``for``/``try``) is declined: wrapping after it would be too late.
+        """
         statements = list(body_statements(scope))
         created = next(i for i, s in enumerate(statements) if name in self.q.assigned_names(s))
+        holder = statements[created]
+        if not isinstance(holder, (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef)) and self.q.trains(holder):
+            enterable = isinstance(holder, cst.With) or (isinstance(holder, cst.If) and is_main_guard(holder))
+            if not enterable or not isinstance(holder.body, cst.IndentedBlock):
+                return None
+            return self._anchor(holder, name)
         stop = len(statements)
         for index in range(created + 1, len(statements)):
             statement = statements[index]

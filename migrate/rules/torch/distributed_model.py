@@ -20,8 +20,11 @@ class DistributedModel(Rule):
     takes the parameters of, or whose ``.parameters()`` a training function updates by hand. The insertion goes after the last
     statement that assigns the model or calls one of its methods, before the first loop or
     training call of the block that builds it.
-    Leaves alone: a model built in another function than the one that uses it, or held in an
-    attribute (``self.model``): declined, wrap it where it is built.
+    A block that builds and trains the model (the ``if __name__ == "__main__":`` block, a ``with``) is
+    entered: the wrap goes inside it, before the training.
+    Leaves alone: a model built in another function than the one that uses it, held in an
+    attribute (``self.model``), or built and trained inside one ``if``/loop/``try``: declined, wrap it
+    where it is built.
     """
 
     name = "distributed-model"
@@ -40,6 +43,14 @@ class DistributedModel(Rule):
                     site, "declined",
                     f"`{name}` is built outside the function that trains it; cannot tell where to wrap it",
                     f"where `{name}` is built and moved to its device, add `{name} = dp.distributed_model({name})`",
+                )
+            elif found.verdict == "inside":
+                self.report(
+                    site, "declined",
+                    f"`{name}` is built and trained inside one block (an `if`, a loop or a `try`): wrapping it "
+                    "after the block would be too late",
+                    f"inside that block, after `{name}` is built and moved to its device, add "
+                    f"`{name} = dp.distributed_model({name})`",
                 )
             else:
                 self.ctx.plan.insert_after(found.anchor, self.statement(f"{name} = {{dp}}.distributed_model({name})\n"))
