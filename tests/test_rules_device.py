@@ -1,7 +1,7 @@
 """rank-device: hard-coded CUDA devices become dp.device(); CPU stays CPU."""
 
 import pytest
-from rule_testing import IMPORT, assert_converts, assert_unchanged, convert_text, findings_of
+from rule_testing import IMPORT, assert_converts, assert_rule_converts, assert_unchanged, convert_text, findings_of
 
 HEAD = "import torch\n"
 
@@ -13,14 +13,17 @@ HEAD = "import torch\n"
         ('device = torch.device("cuda:0")', "device = dp.device()"),
         ('device = torch.device("cuda", 0)', "device = dp.device()"),
         ('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")', "device = dp.device()"),
-        ('device = "cuda" if torch.cuda.is_available() else "cpu"', "device = dp.device()"),
+        ('device = "cuda" if torch.cuda.is_available() else "cpu"', "device = dp.device().type"),
+        ('device = torch.device("cuda:{}".format(args.gpu))', "device = dp.device()"),
+        ('device = torch.device(f"cuda:{args.gpu}")', "device = dp.device()"),
+        ('device = torch.device("cuda:%d" % args.gpu)', "device = dp.device()"),
         (
             'device = torch.device("cuda" if use_cuda else "cpu")',
             'device = dp.device() if use_cuda else torch.device("cpu")',
         ),
         (
             'device = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"',
-            'device = dp.device() if torch.cuda.is_available() else "mps" if mps else "cpu"',
+            'device = dp.device().type if torch.cuda.is_available() else "mps" if mps else "cpu"',
         ),
         ("model.cuda()", "model.to(dp.device())"),
         ("x = x.cuda(args.gpu, non_blocking=True)", "x = x.to(dp.device(), non_blocking=True)"),
@@ -74,4 +77,36 @@ def test_a_device_taken_from_a_variable_is_declined():
 
 def test_setting_cuda_visible_devices_is_declined():
     result = convert_text('import os, torch\nos.environ["CUDA_VISIBLE_DEVICES"] = "0"\n')
+    assert findings_of(result, "rank-device", "declined")
+
+
+def test_a_string_device_stays_a_string_so_its_comparisons_keep_their_meaning():
+    # issue 8, defect 7: `device == 'cuda'` silently turned false once device became a torch.device
+    result = assert_rule_converts(
+        "rank-device",
+        """
+        import torch
+        device = 'cuda' if torch.cuda.is_available() else 'cpu'
+        if device == 'cuda':
+            torch.backends.cudnn.benchmark = True
+        """,
+        """
+        import torch
+        import dpmigrate.runtime.torch as dp
+
+        device = dp.device().type
+        if device == 'cuda':
+            torch.backends.cudnn.benchmark = True
+        """,
+    )
+    assert "still a string" in findings_of(result, "rank-device")[0].message
+
+
+def test_a_device_built_from_an_unknown_expression_is_declined():
+    result = convert_text(
+        """
+        import torch
+        device = torch.device(pick_device(args))
+        """
+    )
     assert findings_of(result, "rank-device", "declined")

@@ -23,6 +23,18 @@ def cpu_string(node: cst.CSTNode | None) -> bool:
     return isinstance(node, cst.SimpleString) and node.evaluated_value == "cpu"
 
 
+def cuda_template(node: cst.CSTNode | None) -> bool:
+    """A CUDA device string built from a value: ``"cuda:{}".format(i)``, ``f"cuda:{i}"``, ``"cuda:%d" % i``."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
+        return cuda_string(node.func.value)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+        return cuda_string(node.left)
+    if isinstance(node, cst.FormattedString):
+        first = node.parts[0] if node.parts else None
+        return isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda")
+    return False
+
+
 class RankDevice(Rule):
     """Replace hard-coded CUDA devices with ``dp.device()``: this rank's GPU, or the CPU.
 
@@ -89,9 +101,15 @@ class RankDevice(Rule):
         if cuda_string(first):
             self.ctx.plan.replace(node, lambda _: self.dp("device()"))
             self.report(node, "change", f"{self.code(node)} -> dp.device(): this rank's GPU (or the CPU)")
+        elif cuda_template(first):
+            self.ctx.plan.replace(node, lambda _: self.dp("device()"))
+            self.report(
+                node, "change",
+                f"{self.code(node)} -> dp.device(): each rank its own GPU (the index in the script no longer picks it)",
+            )
         elif isinstance(first, cst.IfExp) and cuda_string(first.body):
             self._device_choice(first, node, wrap_else=True)
-        elif isinstance(first, (cst.Name, cst.Attribute, cst.Subscript)):
+        elif not isinstance(first, cst.SimpleString):
             self.report(
                 node, "declined",
                 f"the device comes from `{self.code(first)}`: launched on N processes every rank would "
@@ -100,10 +118,17 @@ class RankDevice(Rule):
             )
 
     def _device_choice(self, choice: cst.IfExp, target: cst.CSTNode, *, wrap_else: bool) -> None:
-        """``"cuda" if TEST else OTHER`` (inside ``torch.device(...)`` when ``wrap_else``)."""
+        """``"cuda" if TEST else OTHER`` (inside ``torch.device(...)`` when ``wrap_else``).
+
+        A bare string choice stays a string (``dp.device().type``: ``"cuda"``, the GPU ``dp.init()``
+        pinned, or ``"cpu"``), so the script's ``if device == "cuda":`` keeps its meaning; a
+        ``torch.device`` never equals a string.
+        """
+        device = "device()" if wrap_else else "device().type"
         if self.q.is_call_to(choice.test, {_CUDA_AVAILABLE}) and cpu_string(choice.orelse):
-            self.ctx.plan.replace(target, lambda _: self.dp("device()"))
-            self.report(target, "change", f"{self.code(target)} -> dp.device(): this rank's GPU, or the CPU")
+            self.ctx.plan.replace(target, lambda _: self.dp(device))
+            kind = "this rank's GPU, or the CPU" if wrap_else else "'cuda' (this rank's GPU) or 'cpu', still a string"
+            self.report(target, "change", f"{self.code(target)} -> dp.{device}: {kind}")
             return
 
         def rewrite(updated: cst.CSTNode) -> cst.CSTNode:
@@ -111,12 +136,12 @@ class RankDevice(Rule):
             orelse = inner.orelse
             if wrap_else:
                 orelse = updated.with_changes(args=[cst.Arg(orelse)])
-            return inner.with_changes(body=self.dp("device()"), orelse=orelse)
+            return inner.with_changes(body=self.dp(device), orelse=orelse)
 
         self.ctx.plan.replace(target, rewrite)
         self.report(
             target, "change",
-            "the CUDA branch of this device choice -> dp.device(): this rank's GPU; the script's flags still decide",
+            f"the CUDA branch of this device choice -> dp.{device}: this rank's GPU; the script's flags still decide",
         )
 
     def _current_accelerator(self, node: cst.Call) -> None:
