@@ -21,6 +21,7 @@ from ..common import (
 )
 from .distributed_model import DistributedModel
 from .distributed_optimizer import DistributedOptimizer
+from .device_variable import DeviceVariable
 from .distributed_save import DistributedSave
 from .evaluation_loader import EvaluationLoader
 from .global_batch_size import GlobalBatchSize
@@ -75,6 +76,7 @@ VOCABULARY = Vocabulary(
 RULES = (
     InitRuntime,
     RankDevice,
+    DeviceVariable,
     ReplaceDataParallel,
     DistributedModel,
     DistributedOptimizer,

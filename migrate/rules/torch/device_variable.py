@@ -1,0 +1,191 @@
+"""Follow a device held in a variable back to where it is chosen, and decline a fixed GPU.
+
+``rank-device`` rewrites the device expressions it can see (``torch.device("cuda")``, ``.cuda()``).
+A device reaching ``.to(device)`` through a variable, a function parameter or a default value is
+another matter: ``device = 0`` passed to ``main(device)`` puts every rank on GPU 0, and DDP's
+``device_ids`` then do not match the parameters. This rule traces each ``.to(NAME)`` /
+``device=NAME`` / ``torch.device(NAME)`` use back through assignments in its scope, module globals,
+and the call sites (or defaults) of the function whose parameter it is, and classifies what it finds.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ...codemod.rule import Rule
+from .rank_device import cpu_string, cuda_string, cuda_template
+
+_RANK = "rank"  # rank-device turns it into dp.device(): right on every rank
+_FINE = "fine"  # the CPU, "cuda" without an index (dp.init() pins it), a tensor's own device
+_FIXED = "fixed"  # a GPU index: the same card on every rank
+_UNKNOWN = "unknown"
+_DEPTH = 4
+_CUDA_AVAILABLE = "torch.cuda.is_available"
+_DEVICE_CALLS = {"torch.device"}
+
+
+class DeviceVariable(Rule):
+    """Decline a device variable that names one fixed GPU (or cannot be traced), with the fix.
+
+    Why: launched on N processes every rank would use that one GPU; nothing in the converted script
+    would say so. ``dp.device()`` is this rank's GPU.
+    Example:  device = 0                  declined: `device = 0` names GPU 0 for every rank
+              main(device)                fix: device = dp.device()
+    Leaves alone: devices that ``rank-device`` converts, the CPU, ``"cuda"`` without an index (the
+    GPU ``dp.init()`` pins), a tensor's ``.device``, and attributes such as ``args.device`` (a flag
+    whose default is normally ``"cuda"``).
+    """
+
+    name = "device-variable"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._reported: set[int] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        for value in self._device_arguments(node):
+            if isinstance(value, cst.Name):
+                self._check(value)
+
+    def _device_arguments(self, call: cst.Call):
+        func = call.func
+        positional = [a for a in call.args if a.keyword is None]
+        if isinstance(func, cst.Attribute) and func.attr.value == "to" and positional:
+            yield positional[0].value
+        elif self.q.is_call_to(call, _DEVICE_CALLS) and positional:
+            yield positional[0].value
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == "device":
+                yield arg.value
+
+    def _check(self, name: cst.Name) -> None:
+        origins = self._origins(name, _DEPTH, set())
+        for kind, node in origins:
+            if kind == _FIXED and id(node) not in self._reported:
+                self._reported.add(id(node))
+                self.report(
+                    node, "declined",
+                    f"`{self._where(node)}` is a fixed GPU, used as the device `{name.value}`: launched on N "
+                    "processes every rank would use that one card",
+                    f"use dp.device() (this rank's GPU, or the CPU) where `{name.value}` is chosen",
+                )
+        unknown = [node for kind, node in origins if kind == _UNKNOWN]
+        if unknown and not any(kind == _FIXED for kind, _ in origins) and id(unknown[0]) not in self._reported:
+            self._reported.add(id(unknown[0]))
+            self.report(
+                unknown[0], "declined",
+                f"cannot tell which device `{self.code(unknown[0])}` is (used as `{name.value}`): if it names "
+                "one GPU, every rank would use that card",
+                f"if it is a CUDA device, use dp.device() where `{name.value}` is chosen",
+            )
+
+    def _where(self, node: cst.CSTNode) -> str:
+        """``device = 0`` for a value assigned on its own line, else the value itself."""
+        statement = self.q.statement_of(node)
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            text = self.code(statement.body[0]).strip()
+            if len(text) <= 60:
+                return text
+        return self.code(node)
+
+    # --- tracing ----------------------------------------------------------------------------------
+
+    def _origins(self, name: cst.Name, depth: int, seen: set[int]) -> list[tuple[str, cst.CSTNode]]:
+        """(kind, expression) for every value ``name`` can hold where it is used."""
+        if depth == 0 or id(name) in seen:
+            return []
+        seen.add(id(name))
+        function = self.q.function_of(name)
+        found = self._assigned_values(function, name.value)
+        if function is not None and not found:
+            parameter = _parameter(function, name.value)
+            if parameter is not None:
+                return self._arguments(function, parameter, depth, seen)
+            found = self._assigned_values(None, name.value)
+        result: list[tuple[str, cst.CSTNode]] = []
+        for value in found:
+            result.extend(self._classify(value, depth, seen))
+        return result
+
+    def _assigned_values(self, function: cst.FunctionDef | None, name: str) -> list[cst.BaseExpression]:
+        scope = function if function is not None else self.ctx.module
+        values = []
+        for statement in self.q.index.of_type(scope, cst.Assign):
+            if self.q.function_of(statement) is not function:
+                continue
+            for target in statement.targets:
+                if isinstance(target.target, cst.Name) and target.target.value == name:
+                    values.append(statement.value)
+        return values
+
+    def _arguments(self, function: cst.FunctionDef, parameter: tuple[int, cst.Param], depth: int, seen: set[int]):
+        index, param = parameter
+        calls = [c for c in self.q.index.of_type(self.ctx.module, cst.Call)
+                 if isinstance(c.func, cst.Name) and c.func.value == function.name.value]
+        result: list[tuple[str, cst.CSTNode]] = []
+        for call in calls:
+            value = _argument(call, index, param.name.value)
+            if value is None:
+                value = param.default
+            if value is None:
+                result.append((_UNKNOWN, call))
+            else:
+                result.extend(self._classify(value, depth, seen))
+        return result
+
+    def _classify(self, value: cst.BaseExpression, depth: int, seen: set[int]) -> list[tuple[str, cst.CSTNode]]:
+        if isinstance(value, cst.Name):
+            if value.value == "None":
+                return [(_FINE, value)]
+            return self._origins(value, depth - 1, seen)
+        if isinstance(value, cst.Integer):
+            return [(_FIXED, value)]
+        if isinstance(value, cst.SimpleString):
+            text = value.evaluated_value
+            if isinstance(text, str) and text.startswith("cuda:"):
+                return [(_FIXED, value)]
+            return [(_FINE, value)]
+        if cuda_template(value):
+            return [(_FIXED, value)]
+        if isinstance(value, cst.IfExp):
+            if cuda_string(value.body) or cuda_template(value.body):
+                return [(_RANK, value)]
+            return self._classify(value.body, depth, seen) + self._classify(value.orelse, depth, seen)
+        if isinstance(value, cst.Call):
+            return self._classify_call(value, depth, seen)
+        if isinstance(value, cst.Attribute):
+            return [(_FINE, value)]  # x.device follows a tensor; args.device is the user's flag
+        return [(_UNKNOWN, value)]
+
+    def _classify_call(self, call: cst.Call, depth: int, seen: set[int]) -> list[tuple[str, cst.CSTNode]]:
+        if self.q.callee_starts_with(call, "torch.accelerator.") or self.q.is_call_to(call, {"torch.cuda.current_device"}):
+            return [(_RANK, call)]
+        if self.q.is_call_to(call, _DEVICE_CALLS):
+            first = next((a.value for a in call.args if a.keyword is None or a.keyword.value in ("type", "device")), None)
+            if first is None or cuda_string(first) or cuda_template(first) or cpu_string(first):
+                return [(_RANK, call)]  # rank-device rewrites these
+            if isinstance(first, cst.IfExp):
+                return [(_RANK, call)]
+            return []  # rank-device declines torch.device(<anything else>) itself
+        return [(_UNKNOWN, call)]
+
+
+def _parameter(function: cst.FunctionDef, name: str) -> tuple[int, cst.Param] | None:
+    params = function.params
+    for index, param in enumerate([*params.posonly_params, *params.params]):
+        if param.name.value == name:
+            return index, param
+    for param in params.kwonly_params:
+        if param.name.value == name:
+            return -1, param
+    return None
+
+
+def _argument(call: cst.Call, index: int, name: str) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if 0 <= index < len(positional):
+        return positional[index].value
+    return None
