@@ -38,6 +38,7 @@ from .converting import Outcome, convert_all, convert_source
 from .files import Exclude, PathError, Source, discover
 from .findings import Conversion, Options
 from .progress import Progress, is_terminal
+from .project import held_helpers, hold
 from .report import Failure, FileResult, render_json, render_text
 from .runtime.atomic import remove_stale_temporaries
 from .stopping import Interrupted, interruptible
@@ -137,12 +138,19 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
         return 2
     with Progress(len(sources), sys.stderr) as progress, \
             contextlib.closing(convert_all(sources, options, args.jobs)) as outcomes:
-        for source, outcome in zip(sources, outcomes):
+        converted = []
+        for outcome in outcomes:  # all converted before any is written: a script left alone holds its helpers
+            converted.append(outcome)
+            progress.advance()
+        held = held_helpers(o.conversion for o in converted if o.conversion is not None)
+        for source, outcome in zip(sources, converted):
+            if outcome.conversion is not None and os.path.realpath(source.path) in held:
+                outcome = dataclasses.replace(
+                    outcome, conversion=hold(outcome.conversion, held[os.path.realpath(source.path)]))
             result = _apply(source, outcome, args, color, progress)
             if result.failure:
                 progress.say(result.failure_line())
             results.append(result)
-            progress.advance()
     return _exit_code(results, reported=_write_report(results, args, mode))
 
 

@@ -62,6 +62,7 @@ class Conversion:
     findings: tuple[Finding, ...] = ()
     framework: str | None = None  # "torch", "tensorflow", "paddle", or None when none was detected
     generation: str | None = None  # the framework's API generation: "eager", "tf1-graph", "tf2-keras", "fluid"...
+    left_alone: str | None = None  # why the whole script was left unchanged (its own processes, DDP by hand...)
 
     @property
     def changed(self) -> bool:

@@ -63,6 +63,9 @@ def convert(source: bytes, path: str, options: Options = Options()) -> Conversio
         sys.setrecursionlimit(limit)
 
 
+_LEFT_ALONE = ("hand-distributed", "multiprocessing", "mixed")  # scripts whose helper modules stay as they are too
+
+
 def _convert(source: bytes, path: str, options: Options) -> Conversion:
     module = _parse(source, path)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # a fresh tree nobody else holds: no copy
@@ -82,9 +85,10 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
         if convertible:
             output = _emit(ctx, source, path)
     findings.sort(key=lambda f: (f.line, f.col))
+    left_alone = detection.reason if detection.status in _LEFT_ALONE else None
     return Conversion(
         path=path, original=source, output=output, findings=tuple(findings),
-        framework=detection.framework, generation=detection.generation,
+        framework=detection.framework, generation=detection.generation, left_alone=left_alone,
     )
 
 

@@ -5,7 +5,8 @@ logging switch must go right after ``dp.init()`` and must not depend on the init
 The entry point is the ``__main__`` block when it parses the arguments, else the module top when
 the script parses them there, else the function the ``__main__`` block calls (``main()``), else
 that block, else the module top (after the imports) for scripts without one. Files that train
-nothing (modules of models and helpers) have none: importing them must not start the runtime.
+nothing (modules of models and helpers), and modules whose training functions only a script
+calls, have none: importing them must not start the runtime (every ``dp`` call starts it lazily).
 """
 
 from __future__ import annotations
@@ -26,8 +27,22 @@ class EntryPoint:
         self.module = ctx.module
         self.anchor: cst.BaseStatement | None = None
         self.after = False
-        if self.q.is_training_script():
+        if self.q.is_training_script() and self._runs_something():
             _, self.anchor, self.after = self._entry_point()
+
+    def _runs_something(self) -> bool:
+        """Whether running the file trains: a ``__main__`` block, or module-level code that trains or
+        calls one of the file's functions. A module of functions a script imports (``train.py`` with
+        ``def train(...)``) runs nothing at import, so ``dp.init()`` must not run there either."""
+        functions = set(self.q.module_functions())
+        for statement in self.module.body:
+            if isinstance(statement, cst.If) and is_main_guard(statement):
+                return True
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or _is_import(statement):
+                continue
+            if self.q.trains(statement) or self.q.called_names(statement) & functions:
+                return True
+        return False
 
     @property
     def after_parsed_arguments(self) -> bool:

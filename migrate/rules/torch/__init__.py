@@ -19,9 +19,9 @@ from ..common import (
     MainProcessPrint,
     RankDivergence,
 )
+from .device_variable import DeviceVariable
 from .distributed_model import DistributedModel
 from .distributed_optimizer import DistributedOptimizer
-from .device_variable import DeviceVariable
 from .distributed_save import DistributedSave
 from .evaluation_loader import EvaluationLoader
 from .global_batch_size import GlobalBatchSize

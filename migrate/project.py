@@ -1,0 +1,87 @@
+"""Which files of one run are helper modules of a script that was left unchanged.
+
+A script that starts its own processes (Hogwild), or was written for DDP by hand, is left as it
+is. Its local modules (``from train import train`` next to it) must then stay as they are too:
+converting ``train.py`` alone would shard a loader and average gradients that the untouched script
+never set up for, so the project would train differently from both the original and a conversion.
+
+Local imports are read with :mod:`ast` (cheap, no libcst): ``import X``, ``from X import y`` and
+``from . import X`` that name a ``.py`` file or package ``__init__.py`` in the importing file's
+folder. Helpers of helpers are followed.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+from collections.abc import Iterable
+
+from .findings import Conversion, Finding
+
+RULE = "detect-framework"
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """``path`` stays unchanged because ``script`` (which imports it) was left alone for ``reason``."""
+
+    path: str
+    script: str
+    reason: str
+
+
+def local_imports(path: str, source: bytes) -> set[str]:
+    """The real paths of the modules next to ``path`` that it imports (empty if it does not parse)."""
+    try:
+        tree = ast.parse(source, path)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    folder = os.path.dirname(os.path.realpath(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+            elif node.level == 1:
+                if node.module:
+                    names.add(node.module.split(".")[0])
+                else:
+                    names.update(alias.name for alias in node.names)
+    found = set()
+    for name in names:
+        for candidate in (os.path.join(folder, f"{name}.py"), os.path.join(folder, name, "__init__.py")):
+            if os.path.isfile(candidate):
+                found.add(candidate)
+    return found
+
+
+def held_helpers(conversions: Iterable[Conversion]) -> dict[str, Held]:
+    """Every converted file (by real path) that a left-alone script of the run imports, directly or not."""
+    by_path = {os.path.realpath(c.path): c for c in conversions}
+    held: dict[str, Held] = {}
+    for real, conversion in by_path.items():
+        if conversion.left_alone is None:
+            continue
+        pending = list(local_imports(conversion.path, conversion.original))
+        while pending:
+            helper = pending.pop()
+            if helper in held or helper == real or helper not in by_path:
+                continue
+            held[helper] = Held(by_path[helper].path, conversion.path, conversion.left_alone)
+            pending.extend(local_imports(helper, by_path[helper].original))
+    return held
+
+
+def hold(conversion: Conversion, held: Held) -> Conversion:
+    """``conversion`` undone: the original bytes, and one finding saying why."""
+    reason = held.reason.removesuffix("; left unchanged")
+    finding = Finding(
+        conversion.path, 1, 1, RULE, "declined",
+        f"a helper module of {held.script}, which is left unchanged ({reason}); converting this module alone "
+        "would change how that script trains",
+        f"convert {held.script} by hand (or restructure it for one process per rank), then its modules",
+    )
+    return dataclasses.replace(conversion, output=conversion.original, findings=(finding,))
