@@ -20,7 +20,8 @@ from typing import Literal
 import libcst as cst
 import libcst.matchers as m
 
-from .query import Query
+from .flow import attribute_assigned_from, callers, method, module_classes, parameter_for, receiver, returned_at, self_attribute
+from .query import Query, body_statements
 
 Role = Literal["train", "eval", "unknown"]
 _MAX_DEPTH = 3
@@ -70,7 +71,7 @@ def find_loaders(query: Query) -> list[Loader]:
             name, loops = _consumers(query, call)
             if not loops:
                 role: Role = "unknown"
-            elif any(query.trains(loop.node.body) for loop in loops):
+            elif any(_loop_trains(query, loop) for loop in loops):
                 role = "train"
             else:
                 role = "eval"
@@ -79,6 +80,10 @@ def find_loaders(query: Query) -> list[Loader]:
 
 
 def _consumers(query: Query, call: cst.Call) -> tuple[str | None, list[Loop]]:
+    returned = _returned_directly(query, call)
+    if returned is not None:  # def make_loader(...): return DataLoader(...)
+        function, position = returned
+        return None, _loops_of_callers(query, function, position, 0)
     for ancestor in query.ancestors(call):
         if isinstance(ancestor, cst.For):
             if query.index.contains(ancestor.iter, call):
@@ -100,6 +105,11 @@ def _loops_over(query: Query, scope: cst.CSTNode, name: str, depth: int) -> list
     loops = [Loop(f, name, scope) for f in query.findall(scope, m.For()) if _iterates(f.iter, name)]
     if depth >= _MAX_DEPTH:
         return loops
+    if isinstance(scope, cst.FunctionDef):
+        position = returned_at(query, scope, name)
+        if position is not None:  # train_loader = DataLoader(...); return train_loader, val_loader
+            loops.extend(_loops_of_callers(query, scope, position, depth + 1))
+    loops.extend(_loops_in_classes(query, scope, name))
     functions = query.module_functions()
     for call in query.findall(scope, m.Call(func=m.Name())):
         function = functions.get(call.func.value)
@@ -108,6 +118,95 @@ def _loops_over(query: Query, scope: cst.CSTNode, name: str, depth: int) -> list
         for parameter in _parameters_receiving(function, call, name):
             loops.extend(_loops_over(query, function, parameter, depth + 1))
     return loops
+
+
+def _returned_directly(query: Query, call: cst.Call) -> tuple[cst.FunctionDef, int] | None:
+    """(function, position) for ``return DataLoader(...)`` or ``return DataLoader(a), DataLoader(b)``."""
+    parent = query.parent(call)
+    position = -1
+    if isinstance(parent, cst.Element) and isinstance(query.parent(parent), cst.Tuple):
+        elements = query.parent(parent).elements
+        position = next(i for i, e in enumerate(elements) if e is parent)
+        parent = query.parent(query.parent(parent))
+    function = query.function_of(call)
+    if isinstance(parent, cst.Return) and function is not None and query.function_of(parent) is function:
+        return function, position
+    return None
+
+
+def _loops_of_callers(query: Query, function: cst.FunctionDef, position: int, depth: int) -> list[Loop]:
+    """The loops reading what ``function`` returns at ``position``, where each caller receives it."""
+    loops: list[Loop] = []
+    for call in callers(query, function):
+        received = receiver(query, call, position)
+        if received is not None:
+            statement, name = received
+            loops.extend(_loops_over(query, _scope(query, statement), name, depth))
+    return loops
+
+
+def _loops_in_classes(query: Query, scope: cst.CSTNode, name: str) -> list[Loop]:
+    """``Trainer(model, train_loader)`` keeping it as ``self.train_loader``: the loops of the class's
+    methods over ``self.train_loader``. Such a loop trains when its body trains, directly or through
+    another method of the class (``self._step(...)``)."""
+    classes = module_classes(query)
+    loops: list[Loop] = []
+    for call in query.index.of_type(scope, cst.Call):
+        if not (isinstance(call.func, cst.Name) and call.func.value in classes):
+            continue
+        cls = classes[call.func.value]
+        init = method(cls, "__init__")
+        parameter = parameter_for(call, init, name) if init is not None else None
+        if parameter is None:
+            continue
+        attributes = {a for s in body_statements(init) if (a := attribute_assigned_from(query, s, parameter))}
+        for loop in query.index.of_type(cls, cst.For):
+            if self_attribute(_iterated(loop.iter)) in attributes:
+                loops.append(_ClassLoop(loop, None, query.function_of(loop) or cls, cls))
+    return loops
+
+
+def _iterated(iterable: cst.BaseExpression) -> cst.BaseExpression:
+    """``self.loader`` in ``enumerate(self.loader)`` or ``tqdm(self.loader)``; the iterable itself otherwise."""
+    if isinstance(iterable, cst.Call) and iterable.args and not (
+        isinstance(iterable.func, cst.Name) and iterable.func.value in ("len", "range")
+    ):
+        return iterable.args[0].value
+    return iterable
+
+
+@dataclasses.dataclass
+class _ClassLoop(Loop):
+    """A loop in a method of ``cls``: its training is judged with the class's own methods."""
+
+    cls: cst.ClassDef | None = None
+
+
+def _loop_trains(query: Query, loop: Loop) -> bool:
+    if query.trains(loop.node.body):
+        return True
+    if isinstance(loop, _ClassLoop) and loop.cls is not None:
+        return bool(_self_calls(query, loop.node.body) & _training_methods(query, loop.cls))
+    return False
+
+
+def _self_calls(query: Query, node: cst.CSTNode) -> set[str]:
+    return {c.func.attr.value for c in query.index.of_type(node, cst.Call)
+            if isinstance(c.func, cst.Attribute) and self_attribute(c.func) is not None}
+
+
+def _training_methods(query: Query, cls: cst.ClassDef) -> set[str]:
+    """Methods of ``cls`` that run a backward pass or a step, directly or through other methods."""
+    methods = {s.name.value: s for s in body_statements(cls) if isinstance(s, cst.FunctionDef)}
+    found = {name for name, fn in methods.items() if query.trains(fn.body)}
+    changed = True
+    while changed:
+        changed = False
+        for name, fn in methods.items():
+            if name not in found and _self_calls(query, fn.body) & found:
+                found.add(name)
+                changed = True
+    return found
 
 
 def _iterates(iterable: cst.BaseExpression, name: str) -> bool:

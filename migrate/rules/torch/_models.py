@@ -18,6 +18,7 @@ from typing import Literal
 import libcst as cst
 import libcst.matchers as m
 
+from ...codemod.flow import attribute_assigned_from, method, parameter_for, receiver, returned_at
 from ...codemod.query import (
     Query,
     attribute_held,
@@ -36,7 +37,7 @@ class ModelSite:
 
     site: cst.CSTNode
     name: str
-    verdict: Literal["wrap", "attribute", "elsewhere", "inside"]
+    verdict: Literal["wrap", "attribute", "elsewhere", "inside", "returned"]
     anchor: cst.BaseStatement | None = None
 
 
@@ -48,19 +49,84 @@ class Models:
         done: set[tuple[int, str]] = set()
         for site, name in self._model_sites():
             if attribute_held([name]):
-                key = (id(site), name)
-                verdict = "attribute"
+                found = self._attribute_site(site)
             else:
-                scope = self._binding_scope(name, site)
-                key = (id(scope if scope is not None else self.q.function_of(site)), name)
-                verdict = "wrap" if scope is not None else "elsewhere"
+                found = self._variable_site(site, name)
+            where = found.anchor if found.anchor is not None else self.q.function_of(site)
+            key = (id(where), found.name)
             if key in done:
                 continue
             done.add(key)
-            anchor = self._anchor(scope, name) if verdict == "wrap" else None
-            if verdict == "wrap" and anchor is None:
-                verdict = "inside"
-            self.sites.append(ModelSite(site, name, verdict, anchor))
+            self.sites.append(found)
+
+    def _variable_site(self, site: cst.CSTNode, name: str) -> ModelSite:
+        scope = self._binding_scope(name, site)
+        if scope is None:
+            return ModelSite(site, name, "elsewhere")
+        if isinstance(scope, cst.FunctionDef) and returned_at(self.q, scope, name) is not None:
+            return self._returned_site(site, scope, name)
+        return self._wrap_in(site, scope, name)
+
+    def _wrap_in(self, site: cst.CSTNode, scope: cst.CSTNode, name: str) -> ModelSite:
+        """Wrapped where ``scope`` sets it up, or, when handed to a class that keeps and trains it, there."""
+        kept = self._kept_by_class(scope, name)
+        if kept is not None:
+            return kept
+        anchor = self._anchor(scope, name)
+        return ModelSite(site, name, "wrap" if anchor is not None else "inside", anchor)
+
+    def _returned_site(self, site: cst.CSTNode, factory: cst.FunctionDef, name: str) -> ModelSite:
+        """A model a factory builds and returns is wrapped where its one caller receives it."""
+        position = returned_at(self.q, factory, name)
+        receivers = []
+        for call in self.q.index.of_type(self.module, cst.Call):
+            if isinstance(call.func, cst.Name) and call.func.value == factory.name.value:
+                receivers.append(receiver(self.q, call, position))
+        if len(receivers) != 1 or receivers[0] is None:
+            return ModelSite(site, name, "returned")
+        statement, received = receivers[0]
+        scope = self.q.function_of(statement) or self.module
+        return self._wrap_in(statement, scope, received)
+
+    def _kept_by_class(self, scope: cst.CSTNode, name: str) -> ModelSite | None:
+        """``Trainer(model, ...)`` whose ``__init__`` keeps it as ``self.model`` and whose methods train."""
+        classes = {s.name.value: s for s in self.module.body if isinstance(s, cst.ClassDef)}
+        for call in self.q.index.of_type(scope, cst.Call):
+            if not (isinstance(call.func, cst.Name) and call.func.value in classes):
+                continue
+            cls = classes[call.func.value]
+            init = method(cls, "__init__")
+            if init is None or not self.q.has_backward(cls):
+                continue
+            parameter = parameter_for(call, init, name)
+            if parameter is None:
+                continue
+            for statement in body_statements(init):
+                attribute = attribute_assigned_from(self.q, statement, parameter)
+                if attribute is not None:
+                    anchor = self._attribute_anchor(init, attribute)
+                    return ModelSite(call, f"self.{attribute}", "wrap", anchor)
+        return None
+
+    def _attribute_site(self, site: cst.CSTNode) -> ModelSite:
+        """``SGD(self.model.parameters())`` in a method: wrapped in ``__init__`` where it is set up."""
+        attribute = _self_attribute(self.q, site)
+        cls = next((a for a in self.q.ancestors(site) if isinstance(a, cst.ClassDef)), None)
+        init = method(cls, "__init__") if cls is not None else None
+        if attribute is None or init is None:
+            return ModelSite(site, "self", "attribute")
+        anchor = self._attribute_anchor(init, attribute)
+        if anchor is None:
+            return ModelSite(site, "self", "attribute")
+        return ModelSite(site, f"self.{attribute}", "wrap", anchor)
+
+    def _attribute_anchor(self, init: cst.FunctionDef, attribute: str) -> cst.BaseStatement | None:
+        """The last statement of ``__init__`` that assigns ``self.<attribute>`` or calls one of its methods."""
+        last = None
+        for statement in body_statements(init):
+            if isinstance(statement, cst.SimpleStatementLine) and _sets_up_attribute(self.q, statement, attribute):
+                last = statement
+        return last
 
     @property
     def wrapped(self) -> list[str]:
@@ -153,3 +219,30 @@ class _SetUpFinder(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         if m.matches(node.func, m.Attribute(value=m.Name(self.name))) and not m.matches(node, self.parameters):
             self.found = True
+
+
+def _self_attribute(query: Query, site: cst.CSTNode) -> str | None:
+    """``model`` for an optimizer built on ``self.model.parameters()``."""
+    for found in query.findall(site, parameter_call(query)):
+        owner = found.func.value
+        if isinstance(owner, cst.Attribute) and isinstance(owner.value, cst.Name) and owner.value.value == "self":
+            return owner.attr.value
+    return None
+
+
+def _sets_up_attribute(query: Query, statement: cst.SimpleStatementLine, attribute: str) -> bool:
+    for small in statement.body:
+        targets = small.targets if isinstance(small, cst.Assign) else []
+        for target in targets:
+            t = target.target
+            if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self" \
+                    and t.attr.value == attribute:
+                return True
+        for call in query.index.of_type(small, cst.Call):
+            func = call.func
+            if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Attribute)
+                    and isinstance(func.value.value, cst.Name) and func.value.value.value == "self"
+                    and func.value.attr.value == attribute
+                    and func.attr.value not in query.vocabulary.parameter_methods):
+                return True
+    return False

@@ -44,6 +44,13 @@ class DistributedModel(Rule):
                     f"`{name}` is built outside the function that trains it; cannot tell where to wrap it",
                     f"where `{name}` is built and moved to its device, add `{name} = dp.distributed_model({name})`",
                 )
+            elif found.verdict == "returned":
+                self.report(
+                    site, "declined",
+                    f"`{name}` is returned by a function that is called more than once, or whose result is not "
+                    "assigned to plain names: cannot tell where the caller puts it on its device",
+                    "where the caller has built and placed it, add `model = dp.distributed_model(model)`",
+                )
             elif found.verdict == "inside":
                 self.report(
                     site, "declined",
