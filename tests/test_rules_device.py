@@ -110,3 +110,22 @@ def test_a_device_built_from_an_unknown_expression_is_declined():
         """
     )
     assert findings_of(result, "rank-device", "declined")
+
+
+def test_removing_set_device_keeps_the_blank_line_that_opened_its_paragraph():
+    assert_rule_converts(
+        "rank-device",
+        """
+        import torch
+        x = 1
+
+        torch.cuda.set_device(0)
+        y = 2
+        """,
+        """
+        import torch
+        x = 1
+
+        y = 2
+        """,
+    )

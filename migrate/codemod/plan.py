@@ -141,14 +141,20 @@ class _Applier(cst.CSTTransformer):
             body.extend(plan._after.get(old, ()))
         if not body and isinstance(updated, cst.IndentedBlock):
             body = [cst.SimpleStatementLine([cst.Pass()])]
+        orphans = [line for line in orphans if line.comment is not None]
         if orphans:  # the block ended with removed statements: their comments close it
             return updated.with_changes(body=body, footer=[*orphans, *updated.footer])
         return updated.with_changes(body=body)
 
 
 def _comments_of(statement: cst.BaseStatement) -> list[cst.EmptyLine]:
-    """The comment lines above a statement and the comment at the end of its line, as comment lines."""
-    lines = [line for line in getattr(statement, "leading_lines", ()) if line.comment is not None]
+    """The lines above a statement (blank ones only before its first comment) and the comment at the
+    end of its line, as comment lines: what the next statement kept inherits."""
+    leading = list(getattr(statement, "leading_lines", ()))
+    blank = 0
+    while blank < len(leading) and leading[blank].comment is None:
+        blank += 1
+    lines = leading[:blank] + [line for line in leading[blank:] if line.comment is not None]
     trailing = getattr(statement, "trailing_whitespace", None)
     if trailing is None and isinstance(getattr(statement, "body", None), cst.IndentedBlock):
         trailing = statement.body.header  # `if ...:  # comment`
@@ -158,12 +164,22 @@ def _comments_of(statement: cst.BaseStatement) -> list[cst.EmptyLine]:
 
 
 def _with_leading_comments(statement: cst.BaseStatement, comments: list[cst.EmptyLine]) -> cst.BaseStatement:
-    """``statement`` with ``comments`` after its own blank lines, before its own comments."""
+    """``statement`` with ``comments`` after its own blank lines, before its own comments.
+
+    Blank lines that opened the removed statements are kept only when ``statement`` has none of its
+    own, so a removal neither glues two paragraphs together nor doubles a gap.
+    """
     lines = list(getattr(statement, "leading_lines", ()))
     blank = 0
     while blank < len(lines) and lines[blank].comment is None:
         blank += 1
-    return statement.with_changes(leading_lines=[*lines[:blank], *comments, *lines[blank:]])
+    opening = 0
+    while opening < len(comments) and comments[opening].comment is None:
+        opening += 1
+    inherited = comments if blank == 0 else comments[opening:]
+    if blank == 0 and opening == 0 and inherited:
+        return statement.with_changes(leading_lines=[*inherited, *lines])
+    return statement.with_changes(leading_lines=[*lines[:blank], *inherited, *lines[blank:]])
 
 
 def _insert_before(new: Sequence[cst.BaseStatement], statement: cst.BaseStatement, body: list) -> cst.BaseStatement:
