@@ -44,6 +44,8 @@ class Vocabulary:
     parameter_methods: tuple[str, ...] = ()  # ``model.parameters()``: what an optimizer is given
     save_calls: frozenset[str] = frozenset()  # ``torch.save``
     image_writers: frozenset[str] = frozenset()  # sample images written by every rank otherwise
+    download_prefixes: tuple[str, ...] = ()  # calls that fetch files (``torch.hub.load_state_dict_from_url``)
+    pretrained_prefixes: tuple[str, ...] = ()  # model constructors that download with pretrained=/weights=
     # --- rank-awareness
     rank_calls: frozenset[str] = frozenset()  # the framework's own ``get_rank()``...
     collectives: frozenset[str] = frozenset()  # the framework's calls every rank must reach

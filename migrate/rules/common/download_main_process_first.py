@@ -10,8 +10,20 @@ from ...codemod.rule import Rule
 _DOWNLOAD = m.Call(args=[m.ZeroOrMore(), m.Arg(m.Name("True"), keyword=m.Name("download")), m.ZeroOrMore()])
 
 
+_FETCHES = {"requests.get", "urllib.request.urlretrieve", "wget.download", "gdown.download"}
+
+
+def _pretrained(call: cst.Call) -> bool:
+    """``pretrained=True`` (anything but False/None) or ``weights=`` anything but None."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value in ("pretrained", "weights"):
+            return not (isinstance(arg.value, cst.Name) and arg.value.value in ("None", "False"))
+    return False
+
+
 class DownloadMainProcessFirst(Rule):
-    """Wrap statements that download a dataset (``download=True``) in ``with dp.main_process_first():``.
+    """Wrap statements that download (``download=True``, ``requests.get``, ``urlretrieve``, the
+    framework's hub/URL loaders, pretrained weights) in ``with dp.main_process_first():``.
 
     Why: N ranks downloading into the same directory at once corrupt each other's files. The main
     process of each node runs the block first; the others then find the files in place.
@@ -28,18 +40,45 @@ class DownloadMainProcessFirst(Rule):
 
     def finish(self) -> None:
         statements = []
-        for call in self.q.findall(self.ctx.module, _DOWNLOAD):
+        for call, what in self._downloads():
             statement = self.q.statement_of(call)
-            if not isinstance(statement, cst.SimpleStatementLine):
-                self.report(call, "declined", "dataset download inside a compound statement's header",
+            if not isinstance(statement, cst.SimpleStatementLine) or self._in_main_process_first(statement):
+                if isinstance(statement, cst.SimpleStatementLine):
+                    continue
+                self.report(call, "declined", f"{what} inside a compound statement's header",
                             "download it in a statement of its own inside `with dp.main_process_first():`")
                 continue
             if not any(s is statement for s in statements):
                 statements.append(statement)
-                self.report(call, "change", "download=True runs under dp.main_process_first(): "
+                self.report(call, "change", f"{what} runs under dp.main_process_first(): "
                             "downloaded once per node, the other ranks wait for it")
         for run in self._runs(statements):
             self.ctx.plan.group(run, self._with_block)
+
+    def _downloads(self):
+        """(call, what it is) for every call that fetches files, in source order."""
+        vocabulary = self.vocabulary
+        for call in self.q.index.of_type(self.ctx.module, cst.Call):
+            if m.matches(call, _DOWNLOAD):
+                yield call, "download=True"
+            elif self.q.is_call_to(call, _FETCHES) or any(
+                self.q.callee_starts_with(call, prefix) for prefix in vocabulary.download_prefixes
+            ):
+                yield call, f"{self.code(call.func)}(...)"
+            elif any(self.q.callee_starts_with(call, prefix) for prefix in vocabulary.pretrained_prefixes) and (
+                _pretrained(call) or (isinstance(call.func, cst.Attribute) and call.func.attr.value == "from_pretrained")
+            ):
+                yield call, f"pretrained weights of {self.code(call.func)}(...)"
+
+    def _in_main_process_first(self, statement: cst.CSTNode) -> bool:
+        """Already inside ``with dp.main_process_first():`` (or ``with ....main_process_first():``)."""
+        for ancestor in self.q.ancestors(statement):
+            if isinstance(ancestor, cst.With) and any(
+                isinstance(item.item, cst.Call) and isinstance(item.item.func, cst.Attribute)
+                and item.item.func.attr.value == "main_process_first" for item in ancestor.items
+            ):
+                return True
+        return False
 
     def _runs(self, statements):
         """Group statements that follow each other in the same block."""

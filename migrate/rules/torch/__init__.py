@@ -59,6 +59,12 @@ VOCABULARY = Vocabulary(
     parameter_methods=("parameters", "named_parameters"),
     save_calls=frozenset({"torch.save"}),
     image_writers=frozenset({"torchvision.utils.save_image"}),
+    download_prefixes=(
+        "torch.hub.load_state_dict_from_url", "torch.hub.download_url_to_file", "torch.hub.load",
+        "torch.utils.model_zoo.load_url", "torchvision.datasets.utils.download_url",
+        "torchvision.datasets.utils.download_and_extract_archive", "torchtext.datasets.",
+    ),
+    pretrained_prefixes=("torchvision.models.", "timm.create_model", "transformers."),
     rank_calls=frozenset({f"{_DISTRIBUTED}.get_rank", f"{_DISTRIBUTED}.get_node_local_rank"}),
     collectives=frozenset({
         *(f"{_DISTRIBUTED}.{n}" for n in (

@@ -1,0 +1,43 @@
+"""download-main-process-first beyond download=True: URL fetches, hub loaders, pretrained weights (issue 8)."""
+
+import pytest
+from rule_testing import assert_rule_converts, convert_text, findings_of
+
+
+@pytest.mark.parametrize("fetch", [
+    'r = requests.get("https://example.com/data.csv")',
+    'urllib.request.urlretrieve("https://example.com/x.zip", "x.zip")',
+    'state = torch.hub.load_state_dict_from_url("https://example.com/w.pth")',
+    "net = models.resnet18(weights=models.ResNet18_Weights.DEFAULT)",
+    "net = torchvision.models.resnet18(pretrained=True)",
+    'tok = transformers.AutoModel.from_pretrained("bert-base-uncased")',
+])
+def test_each_kind_of_download_runs_on_the_main_process_first(fetch):
+    header = "import requests\nimport urllib.request\nimport torch\nimport torchvision\nimport transformers\n" \
+             "from torchvision import models\n"
+    assert_rule_converts(
+        "download-main-process-first",
+        header + fetch + "\n",
+        header + "import dpmigrate.runtime.torch as dp\n\nwith dp.main_process_first():\n    " + fetch + "\n",
+    )
+
+
+@pytest.mark.parametrize("not_a_download", [
+    "net = models.resnet18(weights=None)",
+    "net = torchvision.models.resnet18(pretrained=False)",
+    "net = models.resnet18()",
+    "trainer = transformers.Trainer(model=net)",
+])
+def test_models_without_pretrained_weights_are_left_alone(not_a_download):
+    result = convert_text("import torchvision\nimport transformers\nfrom torchvision import models\n" + not_a_download + "\n",
+                          select=("download-main-process-first",))
+    assert findings_of(result, "download-main-process-first") == []
+
+
+def test_a_download_already_under_a_main_process_first_block_is_not_wrapped_twice():
+    source = (
+        "import requests\nimport torch\n\nwith accelerator.main_process_first():\n"
+        "    r = requests.get('https://example.com')\n"
+    )
+    result = convert_text(source, select=("download-main-process-first",))
+    assert result.output.decode() == source
