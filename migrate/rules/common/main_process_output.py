@@ -1,4 +1,4 @@
-"""Progress bars and sample images once, from the main process."""
+"""Progress bars, sample images, files and exports once, from the main process."""
 
 from __future__ import annotations
 
@@ -8,6 +8,27 @@ from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
 
 PROGRESS_BARS = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange", "tqdm.auto.trange"}
+
+
+_FILE_OUTPUTS = {
+    "torch.onnx.export", "shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move", "sys.stdout.write",
+    "sys.stderr.write", "json.dump", "pickle.dump", "numpy.save", "numpy.savetxt", "matplotlib.pyplot.savefig",
+}
+_MODEL_EXPORTS = {"torch.onnx.export"}
+_PROGRESS_FUNCTIONS = {"progress_bar"}  # the CIFAR trainers' own helper, a print in disguise
+_TENSORBOARD = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter"}
+_WRITE_MODES = set("wax")
+
+
+def _opens_for_writing(query, call: cst.Call) -> bool:
+    """``open(path, "w")`` / ``open(path, mode="a")`` with a literal mode that writes."""
+    if not (isinstance(call.func, cst.Name) and call.func.value == "open"):
+        return False
+    mode = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "mode"), None)
+    positional = [a.value for a in call.args if a.keyword is None]
+    if mode is None and len(positional) >= 2:
+        mode = positional[1]
+    return isinstance(mode, cst.SimpleString) and bool(_WRITE_MODES & set(str(mode.evaluated_value)))
 
 
 class MainProcessOutput(Rule):
@@ -22,11 +43,19 @@ class MainProcessOutput(Rule):
                   vutils.save_image(fake, path)
     Matched by qualified name (``tqdm.tqdm``; image writers from the framework's vocabulary, e.g.
     ``torchvision.utils.save_image``), in files that train.
-    Leaves alone: progress bars that already pass ``disable=``; image writes that are not a
-    statement of their own, or already under a rank condition.
+    Also under ``if dp.is_main_process():``: ``torch.onnx.export``, ``shutil`` copies, writes to
+    ``sys.stdout``, ``json.dump``/``numpy.save``/``savefig``, a ``progress_bar(...)`` helper, and a
+    ``with open(path, "w")`` block that neither trains nor meets the other ranks.
+    TensorBoard's ``SummaryWriter`` is reported (every rank writes its own event file).
+    Leaves alone: progress bars that already pass ``disable=``; writes that are not a statement of
+    their own, whose value is kept, or already under a rank condition.
     """
 
     name = "main-process-output"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._guarded_blocks: set[int] = set()
 
     def visit_Module(self, node: cst.Module) -> bool:
         return self.q.is_training_script()
@@ -39,7 +68,32 @@ class MainProcessOutput(Rule):
                 self.ctx.plan.replace(node, self._disabled_off_main)
             self.report(node, "change", "progress bar shown by the main process only (disable=not dp.is_main_process())")
         elif self.q.is_call_to(node, self.vocabulary.image_writers):
-            self._image(node)
+            self._once(node, "image written")
+        elif self.q.is_call_to(node, _FILE_OUTPUTS):
+            self._once(node, f"{self.code(node.func)}(...) run")
+        elif isinstance(node.func, cst.Name) and node.func.value in _PROGRESS_FUNCTIONS:
+            self._once(node, f"{node.func.value}(...) shown")
+        elif self.q.is_call_to(node, _TENSORBOARD):
+            self.report(
+                node, "note",
+                "every rank writes its own TensorBoard event file into this folder (TensorBoard shows N runs)",
+                "to log once, create the writer only when dp.is_main_process() and guard its calls",
+            )
+
+    def visit_With(self, node: cst.With) -> None:
+        """``with open(path, "w") as f:`` writing a file: by the main process only."""
+        opened = [item.item for item in node.items if isinstance(item.item, cst.Call) and _opens_for_writing(self.q, item.item)]
+        if not opened or self.q.has_backward(node) or self.ctx.analysis(RankAnalysis).has_collective(node):
+            return
+        if any(self.q.is_call_to(c, self.vocabulary.save_calls) for c in self.q.index.of_type(node, cst.Call)):
+            return  # the save rule decides (its dp.save is a meeting point every rank must reach)
+        if not isinstance(self.q.parent(node), (cst.Module, cst.IndentedBlock)):
+            return
+        if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None:
+            return
+        self.ctx.plan.group([node], self._guarded)
+        self._guarded_blocks.add(id(node))
+        self.report(opened[0], "change", "file written by the main process only (under `if dp.is_main_process():`)")
 
     def _disabled_off_main(self, updated: cst.Call) -> cst.Call:
         disable = cst.Arg(
@@ -50,14 +104,29 @@ class MainProcessOutput(Rule):
         last = updated.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(args=[*updated.args[:-1], last, disable])
 
-    def _image(self, node: cst.Call) -> None:
+    def _once(self, node: cst.Call, what: str) -> None:
+        if any(id(a) in self._guarded_blocks for a in self.q.ancestors(node)):
+            return  # inside a `with open(..., "w")` block that is guarded as a whole
         statement = self.q.statement_of(node)
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return
+        if not isinstance(statement.body[0], cst.Expr):
+            return  # a value the script keeps (onnx program, copied path): every rank needs it
         if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None:
             return
         self.ctx.plan.group([statement], self._guarded)
-        self.report(node, "change", "image written by the main process only (under `if dp.is_main_process():`)")
+        exported = self._exported_model(node)
+        if exported is not None:
+            self.ctx.plan.replace(exported, lambda updated: self.dp_call("unwrap", updated))
+            what += f" on dp.unwrap({self.code(exported)}), the model as built"
+        self.report(node, "change", f"{what} by the main process only (under `if dp.is_main_process():`)")
+
+    def _exported_model(self, node: cst.Call) -> cst.Name | None:
+        """The model a ``torch.onnx.export(model, ...)`` exports: the plain module, not its wrapper."""
+        if not self.q.is_call_to(node, _MODEL_EXPORTS):
+            return None
+        first = next((a.value for a in node.args if a.keyword is None), None)
+        return first if isinstance(first, cst.Name) else None
 
     def _guarded(self, statements):
         first = statements[0]
