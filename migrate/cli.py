@@ -38,8 +38,8 @@ from .converting import Outcome, convert_all, convert_source
 from .files import Exclude, PathError, Source, discover
 from .findings import Conversion, Options
 from .progress import Progress, is_terminal
-from .project import held_helpers, hold
-from .report import Failure, FileResult, render_json, render_text
+from .project import held_helpers, hold, imported_by_others
+from .report import Failure, FileResult, policy_line, render_json, render_text
 from .runtime.atomic import remove_stale_temporaries
 from .stopping import Interrupted, interruptible
 from .writing import WriteError, check_replaceable, copy_destination, same_file, write_atomic
@@ -138,20 +138,32 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
         return 2
     with Progress(len(sources), sys.stderr) as progress, \
             contextlib.closing(convert_all(sources, options, args.jobs)) as outcomes:
-        converted = []
-        for outcome in outcomes:  # all converted before any is written: a script left alone holds its helpers
-            converted.append(outcome)
+        # a module another file of the run imports waits: if that file is left alone, so is the module
+        imported = imported_by_others(s.path for s in sources) if len(sources) > 1 else set()
+        waiting, left_alone = [], []
+        for source, outcome in zip(sources, outcomes):
+            conversion = outcome.conversion
+            if conversion is not None and conversion.left_alone is not None:
+                left_alone.append(conversion)
+            if conversion is not None and os.path.realpath(source.path) in imported:
+                waiting.append((source, outcome))
+            else:
+                _record(results, _apply(source, outcome, args, color, progress), progress)
             progress.advance()
-        held = held_helpers(o.conversion for o in converted if o.conversion is not None)
-        for source, outcome in zip(sources, converted):
-            if outcome.conversion is not None and os.path.realpath(source.path) in held:
-                outcome = dataclasses.replace(
-                    outcome, conversion=hold(outcome.conversion, held[os.path.realpath(source.path)]))
-            result = _apply(source, outcome, args, color, progress)
-            if result.failure:
-                progress.say(result.failure_line())
-            results.append(result)
-    return _exit_code(results, reported=_write_report(results, args, mode))
+        held = held_helpers([*left_alone, *(o.conversion for _, o in waiting)]) if waiting else {}
+        for source, outcome in waiting:
+            if (why := held.get(os.path.realpath(source.path))) is not None:
+                outcome = dataclasses.replace(outcome, conversion=hold(outcome.conversion, why))
+            _record(results, _apply(source, outcome, args, color, progress), progress)
+    order = {s.path: i for i, s in enumerate(sources)}
+    results.sort(key=lambda r: order.get(r.path, len(order)))
+    return _exit_code(results, reported=_write_report(results, args, mode, options))
+
+
+def _record(results: list[FileResult], result: FileResult, progress: Progress) -> None:
+    if result.failure:
+        progress.say(result.failure_line())
+    results.append(result)
 
 
 def _exit_code(results: Sequence[FileResult], reported: bool) -> int:
@@ -238,7 +250,7 @@ def _convert_stdin(args: argparse.Namespace, options: Options, exclude: Exclude,
         sys.stdout.flush()
         sys.stdout.buffer.write(output)
         sys.stdout.buffer.flush()
-    return _exit_code(results, reported=_write_report(results, args, mode))
+    return _exit_code(results, reported=_write_report(results, args, mode, options))
 
 
 def _clashing_copies(sources: Sequence[Source]) -> str | None:
@@ -306,16 +318,17 @@ def _diff(conversion: Conversion, encoding: str, color: bool) -> str:
     return "".join(out)
 
 
-def _write_report(results: list[FileResult], args: argparse.Namespace, mode: str) -> bool:
+def _write_report(results: list[FileResult], args: argparse.Namespace, mode: str, options: Options) -> bool:
     """Print or save the report; False when --report-file cannot be written (the report then goes to stderr)."""
+    policy = policy_line(options.batch, options.scale_lr)
     if args.report == "json":
-        text = render_json(results, mode)
+        text = render_json(results, mode, policy)
     elif args.report == "sarif":
         from .sarif import render_sarif
 
         text = render_sarif(results, _rule_catalog())
     else:
-        text = render_text(results)
+        text = render_text(results, policy)
     if args.report_file:  # plainly, not atomically: it may be /dev/stdout or a pipe, never to be replaced
         try:
             with open(args.report_file, "w", encoding="utf-8") as handle:

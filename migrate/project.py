@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import os
+import re
 from collections.abc import Iterable
 
 from .findings import Conversion, Finding
@@ -55,6 +56,38 @@ def local_imports(path: str, source: bytes) -> set[str]:
         for candidate in (os.path.join(folder, f"{name}.py"), os.path.join(folder, name, "__init__.py")):
             if os.path.isfile(candidate):
                 found.add(candidate)
+    return found
+
+
+_IMPORT_WORDS = re.compile(rb"^[ \t]*(?:from[ \t]+\.?([A-Za-z_]\w*)|import[ \t]+([A-Za-z_][\w \t,.]*))", re.M)
+
+
+def imported_by_others(paths: Iterable[str]) -> set[str]:
+    """Real paths of the run's files that another file of the run may import (a quick textual scan).
+
+    Only these can turn out to be helpers of a script left alone, so only their writes wait until
+    every file is converted; the rest are written as they come. Over-approximates (a name in a
+    string counts), never misses a plain ``import``/``from`` line.
+    """
+    by_folder: dict[str, set[str]] = {}
+    real = [os.path.realpath(p) for p in paths]
+    for path in real:
+        by_folder.setdefault(os.path.dirname(path), set()).add(path)
+    found: set[str] = set()
+    for path in real:
+        folder = os.path.dirname(path)
+        try:
+            with open(path, "rb") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        for source, names in _IMPORT_WORDS.findall(text):
+            words = [source] if source else [w.strip().split(b".")[0] for w in names.split(b",")]
+            for word in words:
+                for candidate in (f"{word.decode()}.py", os.path.join(word.decode(), "__init__.py")):
+                    target = os.path.join(folder, candidate)
+                    if target != path and target in by_folder.get(os.path.dirname(target), ()):
+                        found.add(target)
     return found
 
 

@@ -6,7 +6,7 @@ jump to the site; a declined site or an error carries the manual fix on the next
     train.py:12:5: change shard-training-loader: sharded the training DataLoader
     train.py:40:9: declined save-on-main: torch.save inside a helper function
         fix: call dp.save(obj, path) instead, on every rank
-    3 files, 2 changed, 5 changes, 1 declined, 0 errors
+    3 files, 2 changed, 5 changes, 1 declined, 0 errors; --batch per-device: every rank reads ...; lr unchanged
 
 JSON (``--report json``), a stable, documented object (new keys may be added, none renamed)::
 
@@ -16,6 +16,7 @@ JSON (``--report json``), a stable, documented object (new keys may be added, no
       "mode": "write" | "check" | "diff" | "copy",
       "summary": {"files": 3, "changed": 2, "changes": 5, "declined": 1, "errors": 0,
                   "notes": 0, "not_converted": 0},
+      "policy": "--batch per-device: ...; lr unchanged",
       "files": [{"path": "train.py", "framework": "torch" | null, "changed": true,
                  "failure": null | {"reason": "...", "line": 3 | null, "col": 7 | null}}],
       "findings": [{"path": "train.py", "line": 12, "col": 5, "rule": "...",
@@ -98,23 +99,38 @@ def ordered(findings: Sequence[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (f.line, f.col))
 
 
-def render_text(results: Sequence[FileResult]) -> str:
+def policy_line(batch: str, scale_lr: str) -> str:
+    """The batch and learning-rate policy a conversion applied, said in words (N is the number of ranks)."""
+    batches = {
+        "per-device": "--batch per-device: every rank reads the script's batch size, so the global batch is N x it",
+        "global": "--batch global: the script's batch size is the global batch, split over the N ranks",
+    }[batch]
+    rates = {"none": "lr unchanged", "linear": "lr x N (--scale-lr linear)",
+             "sqrt": "lr x sqrt(N) (--scale-lr sqrt)"}[scale_lr]
+    return f"{batches}; {rates}"
+
+
+def render_text(results: Sequence[FileResult], policy: str | None = None) -> str:
+    """The findings, then the summary line; ``policy`` (see :func:`policy_line`) is added to it when a
+    file was converted, so nobody has to guess what global batch and learning rate the job trains with."""
     lines = []
     for result in results:
         for f in ordered(result.findings):
             lines.append(f"{f.location()}: {f.severity} {f.rule}: {f.message}")
             if f.fix and f.severity in ("declined", "error"):
                 lines.append(f"    fix: {f.fix}")
-    lines.append(Summary.of(results).line())
+    summary = Summary.of(results)
+    lines.append(summary.line() + (f"; {policy}" if policy and summary.changed else ""))
     return "\n".join(lines) + "\n"
 
 
-def render_json(results: Sequence[FileResult], mode: str) -> str:
+def render_json(results: Sequence[FileResult], mode: str, policy: str | None = None) -> str:
     document = {
         "schema": "dpmigrate-report/1",
         "tool": {"name": "dpmigrate", "version": __version__},
         "mode": mode,
         "summary": dataclasses.asdict(Summary.of(results)),
+        "policy": policy,
         "files": [
             {"path": r.path, "framework": r.framework, "changed": r.changed,
              "failure": dataclasses.asdict(r.failure) if r.failure else None}

@@ -124,7 +124,8 @@ def torch_script_report(path: str) -> list[str]:
     ]
 
 
-TORCH_SCRIPT_SUMMARY = "1 file, 1 changed, 7 changes, 0 declined, 0 errors"
+POLICY = "; --batch per-device: every rank reads the script's batch size, so the global batch is N x it; lr unchanged"
+TORCH_SCRIPT_SUMMARY = "1 file, 1 changed, 7 changes, 0 declined, 0 errors" + POLICY
 
 
 def converted_script_note(path: str) -> str:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_samples import CONVERTED_SCRIPT, TORCH_SCRIPT
+from cli_samples import CONVERTED_SCRIPT, POLICY, TORCH_SCRIPT
 
 import dpmigrate.codemod.engine as engine
 from dpmigrate.cli import main
@@ -69,7 +69,7 @@ def test_a_fifo_found_in_a_folder_is_skipped_like_any_non_python_file(tmp_path):
     assert proc.returncode == 1
     assert (tmp_path / "src" / "train.py").read_bytes() == CONVERTED_SCRIPT
     assert "pipe.py" not in proc.stderr.decode()
-    assert proc.stderr.decode().splitlines()[-1] == "1 file, 1 changed, 7 changes, 0 declined, 0 errors"
+    assert proc.stderr.decode().splitlines()[-1] == "1 file, 1 changed, 7 changes, 0 declined, 0 errors" + POLICY
 
 
 # --- 2. -o OUT: links planted in OUT, and OUT being the sources' own folder ------------------------
@@ -183,7 +183,7 @@ def test_a_notebooks_code_cells_are_converted_as_one_script_keeping_cells_magics
             "else \"cpu\") -> dp.device(): this rank's GPU, or the CPU") in err
     assert f"{path}:10:1: change distributed-save: code cell 5: torch.save -> dp.save: rank 0 writes atomically, " \
            "then all ranks meet (every rank must reach this line)" in err
-    assert err[-1] == "1 file, 1 changed, 7 changes, 0 declined, 0 errors"
+    assert err[-1] == "1 file, 1 changed, 7 changes, 0 declined, 0 errors" + POLICY
     before = path.read_bytes()
     assert main([str(path)]) == 0  # converted notebooks are left alone, byte for byte
     assert path.read_bytes() == before

@@ -19,6 +19,7 @@ from cli_samples import (
     CONVERTED_SCRIPT,
     DIFF_HUNKS,
     PLAIN_SCRIPT,
+    POLICY,
     TORCH_SCRIPT,
     TORCH_SCRIPT_SUMMARY,
     UNCHANGED_SUMMARY,
@@ -114,7 +115,7 @@ def test_config_ignore_and_select_choose_the_rules(project, capsys):
     assert script.read_bytes() == PRINT_AND_SAVE_ONLY
     assert capsys.readouterr().err.splitlines() == [
         "Rewriting train.py", *torch_script_report("train.py")[-2:],
-        "1 file, 1 changed, 2 changes, 0 declined, 0 errors"]
+        "1 file, 1 changed, 2 changes, 0 declined, 0 errors" + POLICY]
 
 
 @pytest.mark.parametrize(("table", "message"), [
@@ -172,7 +173,7 @@ def test_exclude_prunes_folder_walks_relative_to_the_pyproject(project, monkeypa
 def test_a_file_named_on_the_command_line_is_converted_unless_force_exclude(project, capsys):
     make_excluding_project(project)
     assert main(["--check", "legacy/old.py", "src/model_gen.py", "top.py"]) == 1
-    assert capsys.readouterr().err.endswith("3 files, 3 changed, 21 changes, 0 declined, 0 errors\n")
+    assert capsys.readouterr().err.endswith("3 files, 3 changed, 21 changes, 0 declined, 0 errors" + POLICY + "\n")
     assert main(["--check", "--force-exclude", "legacy/old.py", "src/model_gen.py", "top.py", "train.py"]) == 1
     assert capsys.readouterr().err.endswith(f"\n{TORCH_SCRIPT_SUMMARY}\n")  # train.py alone
     assert main(["--check", "--force-exclude", "legacy"]) == 0  # a named folder too
@@ -200,7 +201,7 @@ def test_ignore_turns_rules_off(project, capsys):
         (b'        dp.print(f"epoch', b'        print(f"epoch'),
         (b"    dp.save(model", b"    torch.save(model"),
     )
-    assert capsys.readouterr().err.splitlines()[-1] == "1 file, 1 changed, 5 changes, 0 declined, 0 errors"
+    assert capsys.readouterr().err.splitlines()[-1] == "1 file, 1 changed, 5 changes, 0 declined, 0 errors" + POLICY
 
 
 def test_flags_replace_the_configured_rule_choice(project):

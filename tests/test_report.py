@@ -6,7 +6,7 @@ import json
 import os
 
 from dpmigrate.findings import Finding
-from dpmigrate.report import Failure, FileResult, Summary, render_json, render_text
+from dpmigrate.report import Failure, FileResult, Summary, policy_line, render_json, render_text
 from dpmigrate.sarif import render_sarif
 
 
@@ -56,7 +56,7 @@ def test_failure_line_names_path_line_and_reason():
 def test_json_report_has_the_documented_fields(tmp_path):
     results = run_results(str(tmp_path))
     report = json.loads(render_json(results, "check"))
-    assert list(report) == ["schema", "tool", "mode", "summary", "files", "findings"]
+    assert list(report) == ["schema", "tool", "mode", "summary", "policy", "files", "findings"]
     assert report["schema"] == "dpmigrate-report/1" and report["mode"] == "check"
     assert report["summary"] == {"files": 3, "changed": 1, "changes": 1, "declined": 1, "errors": 1,
                                  "notes": 1, "not_converted": 1}
@@ -103,3 +103,12 @@ def test_sarif_uri_is_escaped_and_files_outside_the_root_are_absolute(tmp_path):
     assert uris[0] == {"uri": "my%20dir/t%231.py", "uriBaseId": "%SRCROOT%"}
     assert uris[1] == {"uri": "file://" + outside.replace(os.sep, "/")}
     assert run["invocations"] == [{"executionSuccessful": True}]
+
+
+def test_the_summary_line_states_the_batch_and_learning_rate_policy_when_a_file_changed():
+    changed = FileResult("a.py", True, "torch", ())
+    line = render_text([changed], policy_line("global", "linear")).splitlines()[-1]
+    assert line == ("1 file, 1 changed, 0 changes, 0 declined, 0 errors; --batch global: the script's batch size is the "
+                    "global batch, split over the N ranks; lr x N (--scale-lr linear)")
+    unchanged = FileResult("b.py", False, "torch", ())
+    assert render_text([unchanged], policy_line("per-device", "none")).splitlines()[-1].endswith("0 errors")
