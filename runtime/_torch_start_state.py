@@ -58,8 +58,9 @@ def _unique(tensors) -> list[torch.Tensor]:
 def _buffers_of_owners(parameters: list[torch.Tensor]) -> list[torch.Tensor]:
     position = {id(p): i for i, p in enumerate(parameters)}
     owners: dict[tuple, list[torch.nn.Module]] = {}
+    gc.collect()  # a dropped module in a reference cycle must not count on one rank and not another
     for obj in gc.get_objects():
-        if not isinstance(obj, torch.nn.Module):
+        if not issubclass(type(obj), torch.nn.Module):  # not isinstance: it would read proxies' __class__
             continue
         held = [(position[id(p)], name) for name, p in obj._parameters.items() if p is not None and id(p) in position]
         if held and obj._buffers:
@@ -75,20 +76,25 @@ def _buffers_of_owners(parameters: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _check_same_layout_on_every_rank(tensors: list[torch.Tensor], parameter_count: int) -> None:
-    layout = [(tuple(t.shape), str(t.dtype)) for t in tensors]
+    layout = [(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in tensors]
     layouts: list = [None] * dist.get_world_size()
     dist.all_gather_object(layouts, layout)
+    reference = layouts[0]
     for rank, other in enumerate(layouts):
-        if other != layouts[0]:
-            first = next((i for i, (a, b) in enumerate(zip(layouts[0], other)) if a != b), min(len(other), len(layouts[0])))
-            what = "parameter" if first < parameter_count else "buffer"
-            raise RuntimeError(
-                f"dp.distributed_optimizer: rank {rank} holds a different model than rank 0 "
-                f"({len(other)} vs {len(layouts[0])} parameters and buffers; {what} #{first}: "
-                f"{other[first] if first < len(other) else 'missing'} vs "
-                f"{layouts[0][first] if first < len(layouts[0]) else 'missing'}), so rank 0's starting values "
-                "cannot be copied to it; build the same model and optimizer on every rank"
-            )
+        if other == reference:
+            continue
+        first = next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), min(len(other), len(reference)))
+        kind = "parameter" if first < parameter_count else "buffer"
+
+        def describe(entries):
+            return "missing" if first >= len(entries) else f"shape {entries[first][0]} {entries[first][1]}"
+
+        raise RuntimeError(
+            f"dp.distributed_optimizer: rank {rank} holds a different model than rank 0: {kind} #{first} "
+            f"(in the optimizer's order) is {describe(other)} on rank {rank} but {describe(reference)} on rank 0 "
+            f"({len(other)} vs {len(reference)} parameters and buffers), so rank 0's starting values cannot be "
+            "copied to it; build the same model and optimizer on every rank"
+        )
 
 
 def _broadcast_in_place(tensor: torch.Tensor) -> None:

@@ -49,6 +49,15 @@ def test_an_unseeded_optimizer_only_model_starts_and_stays_equal_on_every_rank(t
     assert_states(single, final[0], atol=1e-5)
 
 
+def test_a_rank_that_built_a_different_model_fails_with_a_message_instead_of_hanging(tmp_path):
+    proc = launch(JOB, "--width-on-rank1", "12", "--dump", "job", cwd=tmp_path, check=False, timeout=120,
+                  env=clean_env(DPMIGRATE_TIMEOUT="30"))
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert "rank 1 holds a different model than rank 0" in output, output[-3000:]
+    assert "parameter #0 (in the optimizer's order) is shape (12, 8) float32 on rank 1 but shape (16, 8) float32 on rank 0" in output
+
+
 @pytest.mark.parametrize("wrap_model", ["yes", "no"])
 def test_lbfgs_with_a_closure_on_two_ranks_matches_one_process(tmp_path, wrap_model):
     """Averaged closure gradients and loss: the ranks agree on every LBFGS decision, as 1 process."""

@@ -37,6 +37,7 @@ parser.add_argument("--batch-size", type=int, default=32)
 parser.add_argument("--steps", type=int, default=12)
 parser.add_argument("--init-from", default=None)
 parser.add_argument("--seed", type=int, default=None, help="seed the model after all (same start everywhere)")
+parser.add_argument("--width-on-rank1", type=int, default=16, help="build a different model on rank 1")
 parser.add_argument("--save-whole", default=None, help="dp.save(model, <this>.pt) and a dict holding it")
 parser.add_argument("--dump", required=True)
 args = parser.parse_args()
@@ -48,9 +49,10 @@ targets = (inputs @ torch.randn(8, 1, generator=data)).sin()
 
 if args.seed is not None:
     torch.manual_seed(args.seed)
-layers = [nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)]
+width = args.width_on_rank1 if dp.rank() == 1 else 16
+layers = [nn.Linear(8, width), nn.Tanh(), nn.Linear(width, 1)]
 if args.buffer == "yes":
-    layers.insert(1, Scaled(16))
+    layers.insert(1, Scaled(width))
 model = nn.Sequential(*layers)
 if args.init_from:
     model.load_state_dict(torch.load(args.init_from))
