@@ -85,16 +85,17 @@ def _check_same_layout_on_every_rank(tensors: list[torch.Tensor], parameter_coun
             continue
         first = next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), min(len(other), len(reference)))
         kind = "parameter" if first < parameter_count else "buffer"
-
-        def describe(entries):
-            return "missing" if first >= len(entries) else f"shape {entries[first][0]} {entries[first][1]}"
-
         raise RuntimeError(
             f"dp.distributed_optimizer: rank {rank} holds a different model than rank 0: {kind} #{first} "
-            f"(in the optimizer's order) is {describe(other)} on rank {rank} but {describe(reference)} on rank 0 "
+            f"(in the optimizer's order) is {_describe(other, first)} on rank {rank} but "
+            f"{_describe(reference, first)} on rank 0 "
             f"({len(other)} vs {len(reference)} parameters and buffers), so rank 0's starting values cannot be "
             "copied to it; build the same model and optimizer on every rank"
         )
+
+
+def _describe(layout: list, index: int) -> str:
+    return "missing" if index >= len(layout) else f"shape {layout[index][0]} {layout[index][1]}"
 
 
 def _broadcast_in_place(tensor: torch.Tensor) -> None:

@@ -55,7 +55,8 @@ def test_a_rank_that_built_a_different_model_fails_with_a_message_instead_of_han
     assert proc.returncode != 0
     output = proc.stdout + proc.stderr
     assert "rank 1 holds a different model than rank 0" in output, output[-3000:]
-    assert "parameter #0 (in the optimizer's order) is shape (12, 8) float32 on rank 1 but shape (16, 8) float32 on rank 0" in output
+    assert ("parameter #0 (in the optimizer's order) is shape (12, 8) float32 on rank 1 "
+            "but shape (16, 8) float32 on rank 0") in output
 
 
 @pytest.mark.parametrize("wrap_model", ["yes", "no"])

@@ -13,11 +13,11 @@ import textwrap
 import pytest
 
 torch = pytest.importorskip("torch")
+from test_torch_runtime_single import LAUNCHER_VARIABLES  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as TorchDDP  # noqa: E402
 
 import dpmigrate.runtime.torch as dp  # noqa: E402
-from test_torch_runtime_single import LAUNCHER_VARIABLES  # noqa: E402
 
 Pair = collections.namedtuple("Pair", "model epoch")
 

@@ -79,7 +79,7 @@ while step < args.steps:
             loss.backward()
             optimizer.step()
         else:
-            def closure():
+            def closure(x=x, y=y):
                 optimizer.zero_grad()
                 loss = nn.functional.mse_loss(model(x), y)
                 loss.backward()
