@@ -54,3 +54,12 @@ def test_a_state_dict_save_says_nothing_about_unwrapping():
     line, finding = converted("torch.save({'model': model.state_dict(), 'opt': opt.state_dict()}, 'c.pt')")
     assert line == "dp.save({'model': model.state_dict(), 'opt': opt.state_dict()}, 'c.pt')"
     assert finding.severity == "change" and "unwrapped" not in finding.message
+
+
+def test_every_comment_of_the_with_statement_survives_the_save_by_path():
+    result = convert_text(SETUP + "if best:\n    # above with\n    with open(path, 'wb') as f:  # end with\n"
+                          "        # above save\n        torch.save(model, f)  # end save\n        # under save\nx = 1\n")
+    assert result.output.decode().endswith(
+        "if best:\n    # above with\n    # end with\n    # above save\n    # under save\n"
+        "    dp.save(model, path)  # end save\nx = 1\n"
+    )

@@ -110,11 +110,26 @@ class DistributedSave(Rule):
             target = updated.items[0].item.args[0].value
             args = [a.with_changes(value=target) if a is handle else a for a in save.args]  # other arguments kept
             call = save.with_changes(func=self._dp_save(), args=_path_keyword(save.with_changes(args=args)))
-            return cst.SimpleStatementLine([cst.Expr(call)], leading_lines=updated.leading_lines)
+            inner = updated.body.body[0]
+            return cst.SimpleStatementLine([cst.Expr(call)], leading_lines=_comments_kept(updated),
+                                           trailing_whitespace=inner.trailing_whitespace)
 
         self.ctx.plan.replace(with_statement, rewrite)
         self.report(node, "change", f"with open(...) as f: torch.save(obj, f) -> dp.save(obj, {self.code(path)}): "
                     "rank 0 writes atomically, then all ranks meet" + _unwrapped_note(whole))
+
+
+def _comments_kept(with_statement: cst.With) -> list[cst.EmptyLine]:
+    """The lines above the one-line save that replaces ``with_statement``: every comment it held.
+
+    Its own leading lines, then the comment after ``with ...:``, the lines above the save and those
+    under it at the block's indentation, in that order; the save's own end-of-line comment stays on it.
+    """
+    block = with_statement.body
+    header = block.header.comment
+    moved = [cst.EmptyLine(comment=header)] if header is not None else []
+    moved += [line for line in [*block.body[0].leading_lines, *block.footer] if line.comment is not None]
+    return [*with_statement.leading_lines, *(line.with_changes(indent=True) for line in moved)]
 
 
 def _container_values(node: cst.CSTNode | None) -> list[cst.BaseExpression]:
