@@ -55,7 +55,7 @@ class DistributedSave(Rule):
             self.report(
                 node, "declined",
                 f"torch.save pickles the model object `{buried[0]}` nested inside {self.code(saved)}; once converted "
-                f"it is the DDP wrapper, and dp.save unwraps a model only when it is the saved object or a value "
+                "it is the DDP wrapper, and dp.save unwraps a model only when it is the saved object or a value "
                 "of the saved dict, list or tuple itself",
                 f"save {buried[0]}.state_dict() instead (load it with load_state_dict), or put dp.unwrap({buried[0]}) "
                 "where the model is saved, then use dp.save",
