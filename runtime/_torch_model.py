@@ -9,7 +9,15 @@ Strategy knobs, each onto torch's own mechanism:
   but the last, and an optimizer that steps every k calls with gradients divided by k, so k
   micro-batches of b equal one batch of k*b.
 Gradients are averaged exactly once: by DDP for the parameters a wrapped model owns, and by an
-all-reduce in ``step()`` for parameters no wrapped model owns.
+all-reduce in ``step()`` for parameters no wrapped model owns. Those parameters (and their modules'
+buffers) also take rank 0's values when the optimizer is wrapped, as DDP does for its own module
+(see ``_torch_start_state``).
+
+A closure optimizer (``LBFGS``, ``opt.step(closure)``) computes its gradients inside ``step``: the
+closure is wrapped so that, after it runs, the gradients no wrapped model owns are averaged and the
+loss it returns is the mean over ranks. LBFGS tests that loss for convergence; ranks with different
+local losses would run different numbers of inner iterations, drift apart, and with DDP (one
+all-reduce per backward) hang. The averaged loss is returned detached.
 
 Module state: the weak registries of wrapped models and distributed optimizers (who owns which
 parameters, which optimizer accumulates for which model) and their generation, which every new
@@ -26,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
+from ._torch_start_state import broadcast_unowned_state
 from .strategy import Strategy
 
 _wrapped_models: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
@@ -137,7 +146,7 @@ class _DistributedOptimizerMixin:
 
     @torch.no_grad()
     def _dpmigrate_average_unowned_gradients(self) -> None:
-        owned = {id(p) for m in list(_wrapped_models) for p in m.module.parameters()}
+        owned = _owned_parameter_ids()
         grads = [
             p.grad for g in self.param_groups for p in g["params"] if p.grad is not None and id(p) not in owned
         ]
@@ -159,15 +168,48 @@ class _DistributedOptimizerMixin:
                         if p.grad is not None:
                             p.grad.div_(state.accumulation)
         if state.world_size > 1 and state.averager is None:
-            self._dpmigrate_average_unowned_gradients()
+            if closure is None:
+                self._dpmigrate_average_unowned_gradients()
+            else:  # the gradients do not exist yet: the closure computes them (maybe several times)
+                closure = self._dpmigrate_averaging_closure(closure)
         loss = super().step(closure)
         if state.averager is not None:
             state.averager.average_parameters(params=[p for g in self.param_groups for p in g["params"]])
         return loss
 
+    def _dpmigrate_averaging_closure(self, closure):
+        def averaged_closure():
+            loss = closure()
+            self._dpmigrate_average_unowned_gradients()
+            return _mean_over_ranks(loss, self._dpmigrate.world_size)
+
+        return averaged_closure
+
     def zero_grad(self, set_to_none: bool = True):
         if self._dpmigrate.at_boundary():  # between micro-batches the gradients are being accumulated
             super().zero_grad(set_to_none=set_to_none)
+
+
+def _owned_parameter_ids() -> set[int]:
+    """The ids of the parameters some wrapped (DDP) model owns: DDP syncs and averages those itself."""
+    return {id(p) for m in list(_wrapped_models) for p in m.module.parameters()}
+
+
+@torch.no_grad()
+def _mean_over_ranks(loss, world_size: int):
+    """A closure's loss (tensor, number or None) averaged over the ranks; every rank gets the same value."""
+    if loss is None:
+        return None
+    is_tensor = isinstance(loss, torch.Tensor)
+    value = loss.detach().clone() if is_tensor else torch.tensor(float(loss), dtype=torch.float64)
+    if dist.get_backend() == "nccl" and value.device.type != "cuda":
+        staged = value.to(torch.device("cuda", torch.cuda.current_device()))
+        dist.all_reduce(staged, op=dist.ReduceOp.SUM)
+        value = staged.to(value.device)
+    else:
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    value = value / world_size
+    return value if is_tensor else value.item()
 
 
 _subclasses: dict[type, type] = {}
@@ -202,6 +244,8 @@ def make_distributed_optimizer(optimizer: torch.optim.Optimizer, strategy: Strat
         _retrack_scheduler_step(optimizer)
     _distributed_optimizers.add(optimizer)
     _optimizers_generation += 1
+    if world_size > 1:
+        broadcast_unowned_state(optimizer, _owned_parameter_ids())
     return optimizer
 
 

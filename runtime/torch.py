@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import datetime
 import os
 from collections.abc import Iterator, Sequence
@@ -176,7 +177,12 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def distributed_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-    """Average gradients exactly once per step and apply accumulation/LocalSGD from the Strategy."""
+    """Average gradients exactly once per step and apply accumulation/LocalSGD from the Strategy.
+
+    Launched, the parameters no wrapped model owns (and their modules' buffers) take rank 0's values
+    now, so every rank starts from the same model; ``step(closure)`` averages the gradients the closure
+    computes and returns its loss averaged over the ranks. See ``_torch_model`` and ``_torch_start_state``.
+    """
     init()
     return make_distributed_optimizer(optimizer, _state.strategy, world_size())
 
@@ -275,13 +281,45 @@ def barrier() -> None:
 
 
 def save(obj, path, **kwargs) -> None:
-    """``torch.save`` by rank 0 only, atomically; every rank must call it (they meet afterwards)."""
+    """``torch.save`` by rank 0 only, atomically; every rank must call it (they meet afterwards).
+
+    A DDP wrapper is saved as the module inside it (``unwrap``), so ``torch.load`` gives back the
+    model's own class, loadable without a process group. Looked at: ``obj`` itself, and the values of
+    ``obj`` when it is a dict (any dict subclass, keys untouched), a list or a tuple (named tuples
+    included), one level deep only; ``obj`` itself is never modified (a shallow copy is saved). A
+    ``DataParallel`` the script built itself is saved as it is.
+    """
     if is_main_process():
+        obj = _without_ddp_wrappers(obj)
         if isinstance(path, (str, os.PathLike)):
             atomic_write(path, lambda f: torch.save(obj, f, **kwargs))
         else:  # a file-like object: the caller owns its atomicity
             torch.save(obj, path, **kwargs)
     barrier()
+
+
+def _is_ddp(value) -> bool:
+    return isinstance(value, torch.nn.parallel.DistributedDataParallel)
+
+
+def _without_ddp_wrappers(obj):
+    """``obj`` with a DDP wrapper replaced by its module, as itself or as a top-level value (see ``save``)."""
+    if _is_ddp(obj):
+        return unwrap(obj)
+    if isinstance(obj, dict) and any(_is_ddp(v) for v in obj.values()):
+        shallow = copy.copy(obj)  # keeps OrderedDict, defaultdict and other dict subclasses
+        for key, value in obj.items():
+            if _is_ddp(value):
+                shallow[key] = unwrap(value)
+        return shallow
+    if isinstance(obj, (list, tuple)) and any(_is_ddp(v) for v in obj):
+        items = [unwrap(v) if _is_ddp(v) else v for v in obj]
+        if isinstance(obj, list):
+            shallow = copy.copy(obj)
+            shallow[:] = items
+            return shallow
+        return type(obj)._make(items) if hasattr(obj, "_fields") else type(obj)(items)
+    return obj
 
 
 def print(*args, **kwargs) -> None:  # noqa: A001 - the point is to stand in for print

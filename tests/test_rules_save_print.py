@@ -31,14 +31,14 @@ def test_saving_through_a_file_every_rank_opens_becomes_a_save_by_path():
     )
 
 
-def test_pickling_a_whole_wrapped_model_is_declined():
+def test_pickling_a_whole_wrapped_model_becomes_dp_save_of_the_unwrapped_module():
     result = convert_text(
         "import torch\nmodel = Net()\nopt = torch.optim.SGD(model.parameters(), lr=1)\n"
         + TRAINS + "torch.save(model, 'm.pt')\n"
     )
-    assert "torch.save(model, 'm.pt')" in result.output.decode()
-    [finding] = findings_of(result, "distributed-save", "declined")
-    assert "state_dict" in finding.fix
+    assert result.output.decode().endswith("\ndp.save(model, 'm.pt')\n")
+    [finding] = findings_of(result, "distributed-save", "change")
+    assert "`model` is saved unwrapped" in finding.message and "once, by rank 0" in finding.message
 
 
 def test_a_save_already_under_a_rank_condition_is_declined():

@@ -22,8 +22,13 @@ class DistributedSave(Rule):
     call it (the ``rank-divergent-code`` check reports a save under a rank condition).
     ``with open(path, "wb") as f: torch.save(obj, f)`` becomes ``dp.save(obj, path)`` (every rank
     opening the file for writing would truncate it under rank 0).
+    A whole model (``torch.save(model, path)``, or the model as a value of a dict, list or tuple
+    written out in the call: ``{"model": model, "epoch": epoch}``) becomes ``dp.save`` too: once
+    converted, ``model`` holds the DDP wrapper, and ``dp.save`` saves the module inside it
+    (``dp.unwrap``), so ``torch.load`` gives back the model's own class, with no process group needed.
     Leaves alone (declined): a ``torch.save`` already under a rank condition (``if rank == 0:``);
-    ``torch.save(model, f)`` of a whole wrapped model object; a save into a file opened with other
+    a wrapped model deeper inside what is saved (``{"models": [model]}``, ``{model}``: ``dp.save``
+    looks one level deep only, the wrapper would be pickled); a save into a file opened with other
     statements in the same ``with``.
     """
 
@@ -44,21 +49,26 @@ class DistributedSave(Rule):
             return
         saved_arg = _argument(node, 0, "obj")
         saved = saved_arg.value if saved_arg is not None else None
-        if isinstance(saved, cst.Name) and saved.value in self.ctx.analysis(Models).wrapped:
+        wrapped = set(self.ctx.analysis(Models).wrapped)
+        buried = _buried_models(saved, wrapped)
+        if buried:
             self.report(
                 node, "declined",
-                f"torch.save({saved.value}, ...) pickles the whole model object, which is the DDP wrapper once "
-                "converted; a checkpoint of it would not load in the original script",
-                f"save {saved.value}.state_dict() with dp.save and load it with load_state_dict",
+                f"torch.save pickles the model object `{buried[0]}` nested inside {self.code(saved)}; once converted "
+                "it is the DDP wrapper, and dp.save unwraps a model only when it is the saved object or a value "
+                "of the saved dict, list or tuple itself",
+                f"save {buried[0]}.state_dict() instead (load it with load_state_dict), or put dp.unwrap({buried[0]}) "
+                "where the model is saved, then use dp.save",
             )
             return
+        whole = _whole_models(saved, wrapped)
         opened = self._opened_file(node)
         if opened is not None:
-            self._save_to_path(node, *opened)
+            self._save_to_path(node, *opened, whole=whole)
             return
         self.ctx.plan.replace(node, lambda updated: updated.with_changes(func=self._dp_save(), args=_path_keyword(updated)))
         self.report(node, "change", "torch.save -> dp.save: rank 0 writes atomically, then all ranks meet "
-                    "(every rank must reach this line)")
+                    "(every rank must reach this line)" + _unwrapped_note(whole))
 
     def _dp_save(self) -> cst.Attribute:
         return self.dp_attribute("save")
@@ -77,7 +87,7 @@ class DistributedSave(Rule):
                         return ancestor, item.item.args[0].value
         return None
 
-    def _save_to_path(self, node: cst.Call, with_statement: cst.With, path: cst.BaseExpression) -> None:
+    def _save_to_path(self, node: cst.Call, with_statement: cst.With, path: cst.BaseExpression, whole: list[str]) -> None:
         body = with_statement.body
         alone = (
             len(with_statement.items) == 1
@@ -100,11 +110,70 @@ class DistributedSave(Rule):
             target = updated.items[0].item.args[0].value
             args = [a.with_changes(value=target) if a is handle else a for a in save.args]  # other arguments kept
             call = save.with_changes(func=self._dp_save(), args=_path_keyword(save.with_changes(args=args)))
-            return cst.SimpleStatementLine([cst.Expr(call)], leading_lines=updated.leading_lines)
+            inner = updated.body.body[0]
+            return cst.SimpleStatementLine([cst.Expr(call)], leading_lines=_comments_kept(updated),
+                                           trailing_whitespace=inner.trailing_whitespace)
 
         self.ctx.plan.replace(with_statement, rewrite)
         self.report(node, "change", f"with open(...) as f: torch.save(obj, f) -> dp.save(obj, {self.code(path)}): "
-                    "rank 0 writes atomically, then all ranks meet")
+                    "rank 0 writes atomically, then all ranks meet" + _unwrapped_note(whole))
+
+
+def _comments_kept(with_statement: cst.With) -> list[cst.EmptyLine]:
+    """The lines above the one-line save that replaces ``with_statement``: every comment it held.
+
+    Its own leading lines, then the comment after ``with ...:``, the lines above the save and those
+    under it at the block's indentation, in that order; the save's own end-of-line comment stays on it.
+    """
+    block = with_statement.body
+    header = block.header.comment
+    moved = [cst.EmptyLine(comment=header)] if header is not None else []
+    moved += [line for line in [*block.body[0].leading_lines, *block.footer] if line.comment is not None]
+    return [*with_statement.leading_lines, *(line.with_changes(indent=True) for line in moved)]
+
+
+def _container_values(node: cst.CSTNode | None) -> list[cst.BaseExpression]:
+    """The values written out in a dict, list, tuple or set display (``**``/``*`` parts are not values)."""
+    if isinstance(node, cst.Dict):
+        return [e.value for e in node.elements if isinstance(e, cst.DictElement)]
+    if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+        return [e.value for e in node.elements if isinstance(e, cst.Element)]
+    return []
+
+
+def _is_model(node: cst.CSTNode, models: set[str]) -> bool:
+    return isinstance(node, cst.Name) and node.value in models
+
+
+def _whole_models(saved: cst.BaseExpression | None, models: set[str]) -> list[str]:
+    """Models saved whole where ``dp.save`` unwraps them: the saved object, or a value of its dict, list or tuple."""
+    if _is_model(saved, models):
+        return [saved.value]
+    if isinstance(saved, cst.Set):
+        return []
+    return [v.value for v in _container_values(saved) if _is_model(v, models)]
+
+
+def _buried_models(saved: cst.BaseExpression | None, models: set[str]) -> list[str]:
+    """Models saved whole where ``dp.save`` does not look: deeper displays, or a set (it pickles the wrapper)."""
+    found: list[str] = []
+
+    def walk(node, depth):
+        for value in _container_values(node):
+            if _is_model(value, models) and (depth > 0 or isinstance(node, cst.Set)):
+                found.append(value.value)
+            walk(value, depth + 1)
+
+    walk(saved, 0)
+    return found
+
+
+def _unwrapped_note(whole: list[str]) -> str:
+    if not whole:
+        return ""
+    names = ", ".join(f"`{name}`" for name in dict.fromkeys(whole))
+    return (f"; the whole model {names} is saved unwrapped (dp.unwrap: its own class, not the DDP wrapper), "
+            "once, by rank 0, so torch.load needs no process group")
 
 
 def _argument(call: cst.Call, position: int, keyword: str) -> cst.Arg | None:
