@@ -65,7 +65,9 @@ CONTRACT: tuple[ContractName, ...] = (
         itself when it is not wrapped). What whole-model saves and exports must see."""),
     ContractName("distributed_optimizer", "(optimizer)", """
         Averages gradients exactly once (by the wrapped model, or by an all-reduce for parameters no
-        wrapped model owns) and applies ``Strategy.gradient_accumulation``."""),
+        wrapped model owns) and applies ``Strategy.gradient_accumulation``. Parameters no wrapped model
+        owns start from rank 0's values on every rank; ``step(closure)`` averages the gradients the
+        closure computes and returns the loss averaged over the ranks (LBFGS decides alike everywhere)."""),
     ContractName("distributed_loader", "(loader_or_dataset, *, evaluation=False)", """
         Each rank reads a disjoint shard, batch size / shuffle / drop_last / collate kept, the epoch
         advanced on every new iteration. ``evaluation=True`` shards without padding, so metrics summed
@@ -87,7 +89,8 @@ CONTRACT: tuple[ContractName, ...] = (
     ContractName("barrier", "() -> None", "Every rank waits until all have arrived."),
     ContractName("save", "(obj, path) -> None", """
         Rank 0 writes atomically (:mod:`dpmigrate.runtime.atomic`: a private temporary file, fsync,
-        rename), then all ranks meet; every rank must call it."""),
+        rename), then all ranks meet; every rank must call it. A wrapped model, as ``obj`` or as a value
+        of a top-level dict/list/tuple, is saved as :func:`unwrap` gives it."""),
     ContractName("print", "(*args, **kwargs) -> None", "``print``, only on the main process."),
     ContractName("main_process_first", "(local=True)", """
         Context manager: the main process (of each node when ``local``) runs the block first
