@@ -34,11 +34,11 @@ from typing import TextIO
 from . import __version__
 from .config import CHOICES, Config, ConfigError
 from .config import load as load_config
-from .converting import Outcome, convert_all, convert_source
+from .converting import Outcome, convert_all, convert_path, convert_source
 from .files import Exclude, PathError, Source, discover
 from .findings import Conversion, Options
 from .progress import Progress, is_terminal
-from .project import held_helpers, hold, imported_by_others
+from .project import held_helpers, hold, imported_by_others, read_as_local_module, training_hints
 from .report import Failure, FileResult, policy_line, render_json, render_text
 from .runtime.atomic import remove_stale_temporaries
 from .stopping import Interrupted, interruptible
@@ -140,24 +140,45 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
             contextlib.closing(convert_all(sources, options, args.jobs)) as outcomes:
         # a module another file of the run imports waits: if that file is left alone, so is the module
         imported = imported_by_others(s.path for s in sources) if len(sources) > 1 else set()
-        waiting, left_alone = [], []
+        waiting, left_alone, trainers = [], [], []
         for source, outcome in zip(sources, outcomes):
             conversion = outcome.conversion
             if conversion is not None and conversion.left_alone is not None:
                 left_alone.append(conversion)
+            if conversion is not None and conversion.imported_training_returns:
+                trainers.append(dataclasses.replace(conversion, original=b"", output=b""))
             if conversion is not None and os.path.realpath(source.path) in imported:
                 waiting.append((source, outcome))
             else:
                 _record(results, _apply(source, outcome, args, color, progress), progress)
             progress.advance()
         held = held_helpers([*left_alone, *(o.conversion for _, o in waiting)]) if waiting else {}
+        hints = training_hints(trainers)
         for source, outcome in waiting:
-            if (why := held.get(os.path.realpath(source.path))) is not None:
+            real = os.path.realpath(source.path)
+            if (why := held.get(real)) is not None:
                 outcome = dataclasses.replace(outcome, conversion=hold(outcome.conversion, why))
+            elif real in hints:  # converted again, now knowing which of its loaders a script trains on
+                outcome = convert_path(source.path, dataclasses.replace(options, returned_roles=hints[real].returned_roles()))
             _record(results, _apply(source, outcome, args, color, progress), progress)
+        for real, hint in hints.items():  # local modules the run was not asked for, read with their script
+            if real not in {os.path.realpath(s.path) for s in sources} and real not in held:
+                source = _beside(sources, hint)
+                outcome = convert_path(hint.path, dataclasses.replace(options, returned_roles=hint.returned_roles()))
+                if outcome.conversion is not None:
+                    outcome = dataclasses.replace(outcome, conversion=read_as_local_module(outcome.conversion, hint))
+                _record(results, _apply(source, outcome, args, color, progress), progress)
+                sources = [*sources, source]
     order = {s.path: i for i, s in enumerate(sources)}
     results.sort(key=lambda r: order.get(r.path, len(order)))
     return _exit_code(results, reported=_write_report(results, args, mode, options))
+
+
+def _beside(sources: Sequence[Source], hint) -> Source:
+    """A Source for a local module, its ``relative`` (for ``-o``) beside the script that imports it."""
+    script = next(s for s in sources if s.path == hint.script)
+    relative = os.path.join(os.path.dirname(script.relative), os.path.relpath(hint.path, os.path.dirname(script.path) or "."))
+    return Source(hint.path, relative)
 
 
 def _record(results: list[FileResult], result: FileResult, progress: Progress) -> None:

@@ -27,6 +27,9 @@ class Options:
     scale_lr: LrPolicy = "none"
     select: tuple[str, ...] = ()  # run only these rules (empty: every rule)
     ignore: tuple[str, ...] = ()  # never run these rules
+    # (function, return position, role) of this module's functions, from the scripts that import it:
+    # ("get_loaders", 0, "train") makes the loader get_loaders() returns first a training loader
+    returned_roles: tuple[tuple[str, int, str], ...] = ()
 
     def runs(self, rule: str) -> bool:
         """Whether the rule named ``rule`` is to run under this selection."""
@@ -63,6 +66,8 @@ class Conversion:
     framework: str | None = None  # "torch", "tensorflow", "paddle", or None when none was detected
     generation: str | None = None  # the framework's API generation: "eager", "tf1-graph", "tf2-keras", "fluid"...
     left_alone: str | None = None  # why the whole script was left unchanged (its own processes, DDP by hand...)
+    # (qualified function name, return position) of imported functions whose results this file trains on
+    imported_training_returns: tuple[tuple[str, int], ...] = ()
 
     @property
     def changed(self) -> bool:

@@ -118,3 +118,49 @@ def hold(conversion: Conversion, held: Held) -> Conversion:
         f"convert {held.script} by hand (or restructure it for one process per rank), then its modules",
     )
     return dataclasses.replace(conversion, output=conversion.original, findings=(finding,))
+
+
+@dataclasses.dataclass
+class Hints:
+    """What the scripts of a run do with what one local module returns: that module's conversion options."""
+
+    path: str  # as shown to the user (beside the script that imports it)
+    script: str
+    roles: set[tuple[str, int, str]] = dataclasses.field(default_factory=set)
+
+    def returned_roles(self) -> tuple[tuple[str, int, str], ...]:
+        return tuple(sorted(self.roles))
+
+
+def training_hints(conversions: Iterable[Conversion]) -> dict[str, Hints]:
+    """Local modules (by real path) whose functions return loaders that a script of the run trains on.
+
+    ``from data import get_loaders`` / ``import data`` resolve to ``data.py`` (or ``data/__init__.py``)
+    beside the script; ``pkg.data.get_loaders`` to ``pkg/data.py``.
+    """
+    hints: dict[str, Hints] = {}
+    for conversion in conversions:
+        folder = os.path.dirname(conversion.path)
+        for qualified, position in conversion.imported_training_returns:
+            *module, function = qualified.split(".")
+            if not module:
+                continue
+            for relative in (os.path.join(*module) + ".py", os.path.join(*module, "__init__.py")):
+                shown = os.path.join(folder, relative)
+                if os.path.isfile(shown):
+                    real = os.path.realpath(shown)
+                    entry = hints.setdefault(real, Hints(shown, conversion.path))
+                    entry.roles.add((function, position, "train"))
+                    break
+    return hints
+
+
+def read_as_local_module(conversion: Conversion, hints: Hints) -> Conversion:
+    """``conversion`` of a module the run was not asked to convert, with a note saying why it was."""
+    functions = ", ".join(sorted({f"{f}()" for f, _, _ in hints.roles}))
+    note = Finding(
+        conversion.path, 1, 1, RULE, "note",
+        f"read as a local module of {hints.script}, which trains on the loaders {functions} returns: "
+        "converted with it so that they are sharded",
+    )
+    return dataclasses.replace(conversion, findings=(note, *conversion.findings))

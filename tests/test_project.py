@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from dpmigrate.cli import main
 
 HOGWILD_MAIN = """
@@ -88,3 +90,43 @@ def test_a_training_module_alone_is_converted_without_init_at_import(tmp_path, c
     converted = (tmp_path / "train.py").read_text()
     assert "dp.distributed_loader(" in converted and "dp.print(" in converted
     assert "dp.init()" not in converted  # importing a module of functions must not join a job
+
+
+PROJECT = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "two_modules"
+
+
+def _copy(folder: Path, to: Path) -> Path:
+    to.mkdir()
+    for path in folder.glob("*.py"):
+        (to / path.name).write_bytes(path.read_bytes())
+    return to
+
+
+def test_a_script_converts_the_local_module_that_builds_its_training_loader(tmp_path, capsys):
+    project = _copy(PROJECT / "before", tmp_path / "p")
+    main([str(project / "main.py")])
+    captured = capsys.readouterr()
+    for name in ("main.py", "data.py"):
+        assert (project / name).read_bytes() == (PROJECT / "after" / name).read_bytes(), name
+        compile((project / name).read_bytes(), name, "exec")
+    assert f"{project / 'data.py'}:1:1: note detect-framework: read as a local module of {project / 'main.py'}" \
+        in captured.out + captured.err
+    main([str(project / "main.py")])  # a second run changes nothing
+    for name in ("main.py", "data.py"):
+        assert (project / name).read_bytes() == (PROJECT / "after" / name).read_bytes(), name
+
+
+@pytest.mark.slow
+def test_the_converted_two_module_project_trains_like_the_original_on_two_ranks(tmp_path):
+    from test_fixtures_execute import _assert_same_parameters, _python
+
+    original = _copy(PROJECT / "before", tmp_path / "original")
+    converted = _copy(PROJECT / "before", tmp_path / "converted")
+    assert main(["--batch", "global", str(converted / "main.py")]) == 1
+    _python(["main.py", "--batch-size", "32", "--save", str(tmp_path / "a.pt")], original)
+    _python(["-m", "dpmigrate.launch", "-n", "2", "--log-dir", str(tmp_path / "logs"), "--timeout", "120",
+             "main.py", "--batch-size", "32", "--save", str(tmp_path / "b.pt")], converted)
+    _assert_same_parameters(tmp_path / "a.pt", tmp_path / "b.pt")
+    unlaunched = _copy(PROJECT / "after", tmp_path / "unlaunched")
+    _python(["main.py", "--batch-size", "32", "--save", str(tmp_path / "c.pt")], unlaunched)
+    _assert_same_parameters(tmp_path / "a.pt", tmp_path / "c.pt")

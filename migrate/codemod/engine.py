@@ -29,6 +29,7 @@ from ..findings import Conversion, ConversionError, Finding, Options
 from ..frameworks import REGISTRY
 from .detect import Detection, detect
 from .index import TreeIndex
+from .loaders import LoaderFlow
 from .plan import apply
 from .query import Query
 from .rule import Context, Rule
@@ -76,6 +77,7 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
         return Conversion(path=path, original=source, output=source, findings=tuple(findings))
     convertible = detection.status == "convert" and options.framework in ("auto", detection.framework)
     output = source
+    imported_training: tuple[tuple[str, int], ...] = ()
     rule_set = REGISTRY[detection.framework].rule_set() if detection.status != "mixed" else None
     if rule_set is not None and rule_set.RULES:
         query = Query(wrapper, rule_set.VOCABULARY, index)
@@ -84,11 +86,14 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
         findings.extend(ctx.findings)
         if convertible:
             output = _emit(ctx, source, path)
+            if rule_set.VOCABULARY.data_loaders:  # what this script trains on that other files build
+                imported_training = tuple(ctx.analysis(LoaderFlow).imported_training_returns())
     findings.sort(key=lambda f: (f.line, f.col))
     left_alone = detection.reason if detection.status in _LEFT_ALONE else None
     return Conversion(
         path=path, original=source, output=output, findings=tuple(findings),
         framework=detection.framework, generation=detection.generation, left_alone=left_alone,
+        imported_training_returns=imported_training,
     )
 
 

@@ -48,10 +48,37 @@ OWN_SAMPLING = ("sampler", "batch_sampler")
 
 
 class LoaderFlow:
-    """The file's loaders, their roles, and which training loaders get sharded."""
+    """The file's loaders, their roles, and which training loaders get sharded.
+
+    Across files: ``ctx.options.returned_roles`` says which of this module's functions return a
+    training loader to the script that imports them (what that script's loops do with it), and
+    :meth:`imported_training_returns` says the same, seen from the script.
+    """
 
     def __init__(self, ctx) -> None:
-        self.loaders = find_loaders(ctx.query)
+        self.query = ctx.query
+        hints = {(f, p): role for f, p, role in getattr(ctx.options, "returned_roles", ())}
+        self.loaders = find_loaders(ctx.query, hints)
+
+    def imported_training_returns(self) -> list[tuple[str, int]]:
+        """(qualified function name, return position) of imported functions whose result a training loop
+        of this file reads: ``train_loader, _ = data.get_loaders()`` then ``for x in train_loader: ...``."""
+        query = self.query
+        local = query.module_functions()
+        found: list[tuple[str, int]] = []
+        for call in query.index.of_type(query.module, cst.Call):
+            if isinstance(call.func, cst.Name) and call.func.value in local:
+                continue
+            names = [n for n in query.qualified_names(call.func) if "." in n.lstrip(".")]
+            if not names:
+                continue
+            statement = query.statement_of(call)
+            targets = _received_positions(statement, call)
+            for position, name in targets:
+                loops = _loops_over(query, _scope(query, call), name, 0)
+                if any(_loop_trains(query, loop) for loop in loops):
+                    found.extend((qualified.lstrip("."), position) for qualified in names)
+        return sorted(set(found))
 
     def sharded_training(self) -> list[Loader]:
         """Training loaders that can be sharded: not those with a sampler of their own (declined)."""
@@ -63,14 +90,20 @@ def own_sampling(loader: Loader) -> list[str]:
     return [a.keyword.value for a in loader.call.args if a.keyword and a.keyword.value in OWN_SAMPLING]
 
 
-def find_loaders(query: Query) -> list[Loader]:
-    """Every loader construction (by qualified name) with the loops that read it and its role."""
+def find_loaders(query: Query, hints: dict[tuple[str, int], str] | None = None) -> list[Loader]:
+    """Every loader construction (by qualified name) with the loops that read it and its role.
+
+    ``hints`` ((function, return position) -> role) decide loaders this file returns to another.
+    """
     loaders = []
     for call in query.findall(query.module, m.Call()):
         if query.is_call_to(call, query.vocabulary.data_loaders):
             name, loops = _consumers(query, call)
-            if not loops:
-                role: Role = "unknown"
+            hinted = _hinted_role(query, call, name, hints) if hints and not loops else None
+            if hinted is not None:
+                role: Role = hinted
+            elif not loops:
+                role = "unknown"
             elif any(_loop_trains(query, loop) for loop in loops):
                 role = "train"
             else:
@@ -118,6 +151,35 @@ def _loops_over(query: Query, scope: cst.CSTNode, name: str, depth: int) -> list
         for parameter in _parameters_receiving(function, call, name):
             loops.extend(_loops_over(query, function, parameter, depth + 1))
     return loops
+
+
+def _received_positions(statement, call: cst.Call) -> list[tuple[int, str]]:
+    """(return position, name) for ``x = f()`` (position -1) and ``a, b = f()``."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+        return []
+    assign = statement.body[0]
+    if not (isinstance(assign, cst.Assign) and assign.value is call and len(assign.targets) == 1):
+        return []
+    target = assign.targets[0].target
+    if isinstance(target, cst.Name):
+        return [(-1, target.value)]
+    if isinstance(target, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in target.elements):
+        return [(i, e.value.value) for i, e in enumerate(target.elements) if isinstance(e.value, cst.Name)]
+    return []
+
+
+def _hinted_role(query: Query, call: cst.Call, name: str | None, hints: dict[tuple[str, int], str]) -> Role | None:
+    """The role another file's loops give a loader this module's function returns."""
+    returned = _returned_directly(query, call)
+    if returned is None and name is not None:
+        function = query.function_of(call)
+        if function is not None and (position := returned_at(query, function, name)) is not None:
+            returned = function, position
+    if returned is None:
+        return None
+    function, position = returned
+    role = hints.get((function.name.value, position))
+    return role if role in ("train", "eval") else None
 
 
 def _returned_directly(query: Query, call: cst.Call) -> tuple[cst.FunctionDef, int] | None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import libcst as cst
 import libcst.matchers as m
 
 from ...codemod.loaders import LoaderFlow
 from ...codemod.rule import Rule
+
+_ENVIRONMENTS = ("gym.make", "gymnasium.make", "gym.vector.", "gymnasium.vector.")
 
 
 class ManualBatching(Rule):
@@ -17,22 +20,49 @@ class ManualBatching(Rule):
                   data, targets = get_batch(train_data, i)
     -> note: shard it by hand, e.g. ``train_data = dp.shard(train_data)`` (this rank's contiguous
     part), with ``dp.per_rank_batch_size(B)`` where the batches are formed under ``--batch global``.
+    Full-batch training (no slicing at all: a graph network trained on the whole graph) and
+    reinforcement learning (``gym.make``: each rank plays its own episodes) get a note of their own,
+    since neither gets faster on N processes.
     Leaves alone: the loop itself (only a note; it changes nothing).
     """
 
     name = "manual-batching"
 
     def finish(self) -> None:
-        if self.ctx.analysis(LoaderFlow).loaders:
-            return
+        flow = self.ctx.analysis(LoaderFlow)
+        if flow.loaders or flow.imported_training_returns():
+            return  # it reads a DataLoader, built here or in a module it imports
         loops = [f for f in self.q.findall(self.ctx.module, m.For() | m.While()) if self.q.has_backward(f.body)]
         innermost = [f for f in loops if not any(g is not f and self.q.index.contains(f, g) for g in loops)]
         for loop in innermost[:1]:
             policy = (" --batch global is not applied: no DataLoader batch size to split."
                       if self.ctx.options.batch == "global" else "")
-            self.report(
-                loop, "note",
-                "this training loop batches its data by hand (no DataLoader): every rank reads all the data, "
-                "which is correct but gives no speed-up." + policy,
-                "shard the data by hand, e.g. train_data = dp.shard(train_data) before batching it",
-            )
+            if any(self.q.callee_starts_with(c, prefix) for prefix in _ENVIRONMENTS
+                   for c in self.q.index.of_type(self.ctx.module, cst.Call)):
+                self.report(
+                    loop, "note",
+                    "this training loop learns from episodes it plays (reinforcement learning): every rank plays "
+                    "its own, and with the same seed the same ones, so the job runs no faster." + policy,
+                    "seed each rank's environment differently (e.g. env.reset(seed=seed + dp.rank())) so that the "
+                    "averaged gradients come from N times the episodes",
+                )
+            elif not self.q.index.of_type(loop.body, cst.Subscript) and not self._calls_a_batcher(loop):
+                self.report(
+                    loop, "note",
+                    "this training loop uses the whole data at every step (full-batch training): every rank "
+                    "computes the same gradients, which is correct but gives no speed-up." + policy,
+                    "data parallelism splits batches; with one batch there is nothing to split (leave it on one process)",
+                )
+            else:
+                self.report(
+                    loop, "note",
+                    "this training loop batches its data by hand (no DataLoader): every rank reads all the data, "
+                    "which is correct but gives no speed-up." + policy,
+                    "shard the data by hand, e.g. train_data = dp.shard(train_data) before batching it",
+                )
+
+    def _calls_a_batcher(self, loop) -> bool:
+        """``get_batch(data, i)``: a function of the file that slices the data for the loop."""
+        functions = self.q.module_functions()
+        called = [functions[n] for n in self.q.called_names(loop) if n in functions]
+        return any(self.q.index.of_type(f, cst.Subscript) for f in called)

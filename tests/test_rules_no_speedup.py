@@ -1,0 +1,58 @@
+"""Work data parallelism cannot split is converted safely and said plainly (issue 8): full batch, RL, hand batches."""
+
+from rule_testing import convert_text, findings_of
+
+
+def _note(source: str) -> str:
+    [note] = findings_of(convert_text(source), "manual-batching", "note")
+    return note.message
+
+
+def test_full_batch_training_is_said_to_gain_nothing():
+    message = _note(
+        """
+        import torch
+        graph_x, graph_y = torch.randn(50, 4), torch.randn(50, 1)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(10):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(graph_x), graph_y).backward()
+            opt.step()
+        """
+    )
+    assert "whole data at every step (full-batch training)" in message and "no speed-up" in message
+
+
+def test_reinforcement_learning_says_each_rank_plays_its_own_episodes():
+    message = _note(
+        """
+        import gymnasium as gym
+        import torch
+        env = gym.make("CartPole-v1")
+        policy = torch.nn.Linear(4, 2)
+        opt = torch.optim.Adam(policy.parameters())
+        for episode in range(10):
+            state, _ = env.reset(seed=0)
+            opt.zero_grad()
+            policy(torch.as_tensor(state)).sum().backward()
+            opt.step()
+        """
+    )
+    assert "every rank plays its own" in message
+
+
+def test_slicing_by_hand_keeps_the_manual_batching_note():
+    message = _note(
+        """
+        import torch
+        data = torch.randn(64, 4)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for i in range(0, 64, 8):
+            opt.zero_grad()
+            model(data[i:i + 8]).sum().backward()
+            opt.step()
+        """
+    )
+    assert "batches its data by hand" in message
