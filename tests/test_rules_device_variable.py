@@ -66,3 +66,34 @@ def test_a_default_parameter_value_is_traced():
 def test_a_device_from_an_untraceable_call_is_declined_with_the_fix():
     declined = _declined("    device = pick_device()")
     assert len(declined) == 1 and "cannot tell which device" in declined[0].message
+
+
+def test_a_fixed_gpu_handed_to_a_trainer_class_is_declined():
+    # the DDP tutorial's single-GPU shape: device = 0 -> main(device) -> Trainer(..., device) -> model.to(gpu_id)
+    result = convert_text(
+        """
+        import torch
+
+        class Trainer:
+            def __init__(self, model, optimizer, gpu_id):
+                self.gpu_id = gpu_id
+                self.model = model.to(gpu_id)
+                self.optimizer = optimizer
+
+            def step(self, x):
+                self.optimizer.zero_grad()
+                self.model(x.to(self.gpu_id)).sum().backward()
+                self.optimizer.step()
+
+        def main(device):
+            model = torch.nn.Linear(2, 1)
+            trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), device)
+            trainer.step(torch.ones(4, 2))
+
+        if __name__ == "__main__":
+            device = 0
+            main(device)
+        """
+    )
+    declined = findings_of(result, "device-variable", "declined")
+    assert len(declined) == 1 and "`device = 0` is a fixed GPU" in declined[0].message, declined

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...codemod.flow import self_attribute
 from ...codemod.rule import Rule
 from .rank_device import cpu_string, cuda_string, cuda_template
 
@@ -44,7 +45,7 @@ class DeviceVariable(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         for value in self._device_arguments(node):
-            if isinstance(value, cst.Name):
+            if isinstance(value, cst.Name) or self_attribute(value) is not None:
                 self._check(value)
 
     def _device_arguments(self, call: cst.Call):
@@ -58,25 +59,26 @@ class DeviceVariable(Rule):
             if arg.keyword is not None and arg.keyword.value == "device":
                 yield arg.value
 
-    def _check(self, name: cst.Name) -> None:
+    def _check(self, name: cst.Name | cst.Attribute) -> None:
         origins = self._origins(name, _DEPTH, set())
+        shown = name.value if isinstance(name, cst.Name) else f"self.{name.attr.value}"
         for kind, node in origins:
             if kind == _FIXED and id(node) not in self._reported:
                 self._reported.add(id(node))
                 self.report(
                     node, "declined",
-                    f"`{self._where(node)}` is a fixed GPU, used as the device `{name.value}`: launched on N "
+                    f"`{self._where(node)}` is a fixed GPU, used as the device `{shown}`: launched on N "
                     "processes every rank would use that one card",
-                    f"use dp.device() (this rank's GPU, or the CPU) where `{name.value}` is chosen",
+                    f"use dp.device() (this rank's GPU, or the CPU) where `{shown}` is chosen",
                 )
         unknown = [node for kind, node in origins if kind == _UNKNOWN]
         if unknown and not any(kind == _FIXED for kind, _ in origins) and id(unknown[0]) not in self._reported:
             self._reported.add(id(unknown[0]))
             self.report(
                 unknown[0], "declined",
-                f"cannot tell which device `{self.code(unknown[0])}` is (used as `{name.value}`): if it names "
+                f"cannot tell which device `{self.code(unknown[0])}` is (used as `{shown}`): if it names "
                 "one GPU, every rank would use that card",
-                f"if it is a CUDA device, use dp.device() where `{name.value}` is chosen",
+                f"if it is a CUDA device, use dp.device() where `{shown}` is chosen",
             )
 
     def _where(self, node: cst.CSTNode) -> str:
@@ -90,11 +92,13 @@ class DeviceVariable(Rule):
 
     # --- tracing ----------------------------------------------------------------------------------
 
-    def _origins(self, name: cst.Name, depth: int, seen: set[int]) -> list[tuple[str, cst.CSTNode]]:
-        """(kind, expression) for every value ``name`` can hold where it is used."""
+    def _origins(self, name: cst.Name | cst.Attribute, depth: int, seen: set[int]) -> list[tuple[str, cst.CSTNode]]:
+        """(kind, expression) for every value ``name`` (or ``self.name``) can hold where it is used."""
         if depth == 0 or id(name) in seen:
             return []
         seen.add(id(name))
+        if isinstance(name, cst.Attribute):
+            return self._attribute_origins(name, depth, seen)
         function = self.q.function_of(name)
         found = self._assigned_values(function, name.value)
         if function is not None and not found:
@@ -118,10 +122,28 @@ class DeviceVariable(Rule):
                     values.append(statement.value)
         return values
 
+    def _attribute_origins(self, attribute: cst.Attribute, depth: int, seen: set[int]) -> list[tuple[str, cst.CSTNode]]:
+        """``self.gpu_id``: the values its class assigns to it (``self.gpu_id = gpu_id`` in ``__init__``)."""
+        cls = next((a for a in self.q.ancestors(attribute) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return [(_FINE, attribute)]
+        result: list[tuple[str, cst.CSTNode]] = []
+        for assign in self.q.index.of_type(cls, cst.Assign):
+            for target in assign.targets:
+                if self_attribute(target.target) == attribute.attr.value:
+                    result.extend(self._classify(assign.value, depth, seen))
+        return result
+
     def _arguments(self, function: cst.FunctionDef, parameter: tuple[int, cst.Param], depth: int, seen: set[int]):
         index, param = parameter
+        called = function.name.value
+        cls = next((a for a in self.q.ancestors(function) if isinstance(a, cst.ClassDef)), None)
+        if cls is not None and called == "__init__":  # Trainer(model, data, device): its __init__'s arguments
+            called, index = cls.name.value, index - 1
+        elif cls is not None:
+            return [(_FINE, param)]  # a method's argument: its callers are not followed
         calls = [c for c in self.q.index.of_type(self.ctx.module, cst.Call)
-                 if isinstance(c.func, cst.Name) and c.func.value == function.name.value]
+                 if isinstance(c.func, cst.Name) and c.func.value == called]
         result: list[tuple[str, cst.CSTNode]] = []
         for call in calls:
             value = _argument(call, index, param.name.value)
@@ -153,6 +175,8 @@ class DeviceVariable(Rule):
             return self._classify(value.body, depth, seen) + self._classify(value.orelse, depth, seen)
         if isinstance(value, cst.Call):
             return self._classify_call(value, depth, seen)
+        if self_attribute(value) is not None:
+            return self._origins(value, depth - 1, seen)
         if isinstance(value, cst.Attribute):
             return [(_FINE, value)]  # x.device follows a tensor; args.device is the user's flag
         return [(_UNKNOWN, value)]
