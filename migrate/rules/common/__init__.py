@@ -11,8 +11,9 @@ from .main_process_logging import MainProcessLogging
 from .main_process_output import MainProcessOutput
 from .main_process_print import MainProcessPrint
 from .rank_divergence import RankDivergence
+from .shared_folders import SharedFolders
 
 __all__ = [
     "DownloadMainProcessFirst", "InitRuntime", "MainProcessLogging", "MainProcessOutput", "MainProcessPrint",
-    "RankDivergence",
+    "RankDivergence", "SharedFolders",
 ]

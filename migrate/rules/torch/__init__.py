@@ -18,6 +18,7 @@ from ..common import (
     MainProcessOutput,
     MainProcessPrint,
     RankDivergence,
+    SharedFolders,
 )
 from .device_variable import DeviceVariable
 from .distributed_model import DistributedModel
@@ -96,5 +97,6 @@ RULES = (
     MainProcessPrint,
     MainProcessLogging,
     MainProcessOutput,
+    SharedFolders,
     RankDivergence,
 )
