@@ -233,3 +233,30 @@ def test_model_built_and_trained_inside_a_loop_is_declined_not_wrapped_after_it(
     assert "distributed_model" not in result.output.decode()
     declined = findings_of(result, "distributed-model", "declined")
     assert len(declined) == 1 and "inside one block" in declined[0].message
+
+
+def test_a_model_trained_by_lbfgs_is_left_to_the_distributed_optimizer():
+    result = convert_text(
+        """
+        import torch
+
+        def main():
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.LBFGS(model.parameters(), lr=0.5)
+            for step in range(3):
+                def closure():
+                    opt.zero_grad()
+                    loss = model(torch.ones(4, 2)).pow(2).mean()
+                    loss.backward()
+                    return loss
+                opt.step(closure)
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    converted = result.output.decode()
+    assert "dp.distributed_model" not in converted
+    assert "opt = dp.distributed_optimizer(torch.optim.LBFGS(model.parameters(), lr=0.5))" in converted
+    [note] = findings_of(result, "distributed-model", "note")
+    assert "closure optimizer (LBFGS)" in note.message

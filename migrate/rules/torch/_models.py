@@ -31,13 +31,18 @@ from ...codemod.query import (
 )
 
 
+# optimizers that step through a closure: several forward/backward passes per step, with a loss-based
+# stop; DDP's one reduction per backward does not fit them, the distributed optimizer averages each pass
+CLOSURE_OPTIMIZERS = {"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"}
+
+
 @dataclasses.dataclass
 class ModelSite:
     """One model found at ``site``: wrapped after ``anchor``, or declined for ``reason``."""
 
     site: cst.CSTNode
     name: str
-    verdict: Literal["wrap", "attribute", "elsewhere", "inside", "returned"]
+    verdict: Literal["wrap", "attribute", "elsewhere", "inside", "returned", "closure"]
     anchor: cst.BaseStatement | None = None
 
 
@@ -48,7 +53,9 @@ class Models:
         self.sites: list[ModelSite] = []
         done: set[tuple[int, str]] = set()
         for site, name in self._model_sites():
-            if attribute_held([name]):
+            if optimizer_class(self.q, site) in CLOSURE_OPTIMIZERS:
+                found = ModelSite(site, name, "closure")
+            elif attribute_held([name]):
                 found = self._attribute_site(site)
             else:
                 found = self._variable_site(site, name)

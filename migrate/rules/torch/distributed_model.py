@@ -44,6 +44,13 @@ class DistributedModel(Rule):
                     f"`{name}` is built outside the function that trains it; cannot tell where to wrap it",
                     f"where `{name}` is built and moved to its device, add `{name} = dp.distributed_model({name})`",
                 )
+            elif found.verdict == "closure":
+                self.report(
+                    site, "note",
+                    f"`{name}` is trained by a closure optimizer (LBFGS): it is not wrapped in DDP (each step runs "
+                    "several backward passes); dp.distributed_optimizer starts every rank from rank 0's parameters, "
+                    "averages the gradients of every closure call and the loss LBFGS decides on",
+                )
             elif found.verdict == "returned":
                 self.report(
                     site, "declined",
