@@ -65,6 +65,9 @@ class Models:
                 continue
             done.add(key)
             self.sites.append(found)
+        closure = {(id(self.q.function_of(f.site)), f.name) for f in self.sites if f.verdict == "closure"}
+        self.sites = [f for f in self.sites if f.verdict == "closure"
+                      or (id(self.q.function_of(f.site)), f.name) not in closure]
 
     def _variable_site(self, site: cst.CSTNode, name: str) -> ModelSite:
         scope = self._binding_scope(name, site)
