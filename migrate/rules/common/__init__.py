@@ -7,6 +7,7 @@ lists the ones it runs, in its own order, beside its own rules.
 
 from .download_main_process_first import DownloadMainProcessFirst
 from .init_runtime import InitRuntime
+from .local_stop import LocalStop
 from .main_process_logging import MainProcessLogging
 from .main_process_output import MainProcessOutput
 from .main_process_print import MainProcessPrint
@@ -14,6 +15,6 @@ from .rank_divergence import RankDivergence
 from .shared_folders import SharedFolders
 
 __all__ = [
-    "DownloadMainProcessFirst", "InitRuntime", "MainProcessLogging", "MainProcessOutput", "MainProcessPrint",
+    "DownloadMainProcessFirst", "InitRuntime", "LocalStop", "MainProcessLogging", "MainProcessOutput", "MainProcessPrint",
     "RankDivergence", "SharedFolders",
 ]

@@ -14,6 +14,7 @@ from ...codemod.vocabulary import Vocabulary
 from ..common import (
     DownloadMainProcessFirst,
     InitRuntime,
+    LocalStop,
     MainProcessLogging,
     MainProcessOutput,
     MainProcessPrint,
@@ -98,5 +99,6 @@ RULES = (
     MainProcessLogging,
     MainProcessOutput,
     SharedFolders,
+    LocalStop,
     RankDivergence,
 )

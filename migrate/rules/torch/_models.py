@@ -30,7 +30,6 @@ from ...codemod.query import (
     target_names,
 )
 
-
 # optimizers that step through a closure: several forward/backward passes per step, with a loss-based
 # stop; DDP's one reduction per backward does not fit them, the distributed optimizer averages each pass
 CLOSURE_OPTIMIZERS = {"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"}
@@ -153,12 +152,14 @@ class Models:
             ):
                 for name in parameter_owners(self.q, call):
                     yield call, name
-        for name, function in self.q.module_functions().items():
-            if name in self.q.training_functions():
-                for call in self.q.findall(function, parameters):
-                    owner = call.func.value
-                    if isinstance(owner, cst.Name):
-                        yield call, owner.value
+        training = [f for n, f in self.q.module_functions().items() if n in self.q.training_functions()]
+        training += [s for s in self.module.body  # a training loop at the top of a script, updating by hand
+                     if not isinstance(s, (cst.FunctionDef, cst.ClassDef)) and self.q.has_backward(s)]
+        for scope in training:
+            for call in self.q.findall(scope, parameters):
+                owner = call.func.value
+                if isinstance(owner, cst.Name):
+                    yield call, owner.value
 
     def _builtin(self, call: cst.Call) -> bool:
         """``next(self.parameters())``, ``list(model.parameters())``: reading parameters, not training them."""

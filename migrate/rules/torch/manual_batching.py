@@ -8,6 +8,7 @@ import libcst.matchers as m
 from ...codemod.loaders import LoaderFlow
 from ...codemod.rule import Rule
 
+_RANDOM = ("torch.rand", "torch.randn", "torch.randint", "torch.normal", "numpy.random.")  # fresh data per step
 _ENVIRONMENTS = ("gym.make", "gymnasium.make", "gym.vector.", "gymnasium.vector.")
 
 
@@ -32,7 +33,7 @@ class ManualBatching(Rule):
         flow = self.ctx.analysis(LoaderFlow)
         if flow.loaders or flow.imported_training_returns():
             return  # it reads a DataLoader, built here or in a module it imports
-        loops = [f for f in self.q.findall(self.ctx.module, m.For() | m.While()) if self.q.has_backward(f.body)]
+        loops = [f for f in self.q.findall(self.ctx.module, m.For() | m.While()) if self.q.trains(f.body)]
         innermost = [f for f in loops if not any(g is not f and self.q.index.contains(f, g) for g in loops)]
         for loop in innermost[:1]:
             policy = (" --batch global is not applied: no DataLoader batch size to split."
@@ -44,7 +45,8 @@ class ManualBatching(Rule):
                     "this training loop learns from episodes it plays (reinforcement learning): every rank plays "
                     "its own, and with the same seed the same ones, so the job runs no faster." + policy,
                     "seed each rank's environment differently (e.g. env.reset(seed=seed + dp.rank())) so that the "
-                    "averaged gradients come from N times the episodes",
+                    "averaged gradients come from N times the episodes, and decide when to stop on all ranks "
+                    "together (stop = dp.all_reduce(float(condition), op='max')), or the ranks stop apart",
                 )
             elif not self.q.index.of_type(loop.body, cst.Subscript) and not self._calls_a_batcher(loop):
                 self.report(
@@ -65,4 +67,6 @@ class ManualBatching(Rule):
         """``get_batch(data, i)``: a function of the file that slices the data for the loop."""
         functions = self.q.module_functions()
         called = [functions[n] for n in self.q.called_names(loop) if n in functions]
-        return any(self.q.index.of_type(f, cst.Subscript) for f in called)
+        return any(self.q.index.of_type(f, cst.Subscript) or any(
+            self.q.callee_starts_with(c, prefix) for prefix in _RANDOM for c in self.q.index.of_type(f, cst.Call)
+        ) for f in called)
