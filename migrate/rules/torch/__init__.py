@@ -30,6 +30,7 @@ from .global_batch_size import GlobalBatchSize
 from .manual_batching import ManualBatching
 from .rank_device import RankDevice
 from .replace_data_parallel import ReplaceDataParallel
+from .same_random_inputs import SameRandomInputs
 from .shard_training_loader import ShardTrainingLoader
 from .training_averages import TrainingAverages
 
@@ -93,6 +94,7 @@ RULES = (
     TrainingAverages,
     GlobalBatchSize,
     ManualBatching,
+    SameRandomInputs,
     DownloadMainProcessFirst,
     DistributedSave,
     MainProcessPrint,
