@@ -164,3 +164,60 @@ def read_as_local_module(conversion: Conversion, hints: Hints) -> Conversion:
         "converted with it so that they are sharded",
     )
     return dataclasses.replace(conversion, findings=(note, *conversion.findings))
+
+
+_FETCH_WORDS = {"urlretrieve", "urlopen", "download_url", "download_url_to_file", "load_state_dict_from_url",
+                "download_and_extract_archive", "gdown"}
+
+
+def downloading_functions(paths: Iterable[str]) -> tuple[str, ...]:
+    """``module.function`` for the functions of the run's local modules that download, directly or
+    through another function of theirs (``get_training_set()`` -> ``download_bsd300()`` ->
+    ``urllib.request.urlopen``): a script calling one must run that call on the main process first."""
+    modules: dict[str, str] = {}
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                source = handle.read()
+        except OSError:
+            continue
+        for helper in local_imports(path, source):
+            name = os.path.basename(helper)[:-3] if not helper.endswith("__init__.py") else os.path.basename(
+                os.path.dirname(helper))
+            modules.setdefault(helper, name)
+    found: list[str] = []
+    for helper, name in sorted(modules.items()):
+        try:
+            with open(helper, "rb") as handle:
+                tree = ast.parse(handle.read(), helper)
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        downloading = {f for f, node in functions.items() if _fetches(node)}
+        changed = True
+        while changed:
+            changed = False
+            for f, node in functions.items():
+                if f not in downloading and _called(node) & downloading:
+                    downloading.add(f)
+                    changed = True
+        found.extend(f"{name}.{f}" for f in sorted(downloading))
+    return tuple(found)
+
+
+def _fetches(node: ast.AST) -> bool:
+    for call in ast.walk(node):
+        if not isinstance(call, ast.Call):
+            continue
+        func = call.func
+        word = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if word in _FETCH_WORDS or (word == "get" and isinstance(func, ast.Attribute)
+                                     and isinstance(func.value, ast.Name) and func.value.id == "requests"):
+            return True
+        if any(k.arg == "download" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords):
+            return True
+    return False
+
+
+def _called(node: ast.AST) -> set[str]:
+    return {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}

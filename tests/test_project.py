@@ -130,3 +130,32 @@ def test_the_converted_two_module_project_trains_like_the_original_on_two_ranks(
     unlaunched = _copy(PROJECT / "after", tmp_path / "unlaunched")
     _python(["main.py", "--batch-size", "32", "--save", str(tmp_path / "c.pt")], unlaunched)
     _assert_same_parameters(tmp_path / "a.pt", tmp_path / "c.pt")
+
+
+def test_a_call_to_a_local_function_that_downloads_runs_on_the_main_process_first(tmp_path, capsys):
+    _project(tmp_path, data="""
+        import os
+        import urllib.request
+
+
+        def fetch(folder):
+            if not os.path.exists(folder):
+                os.makedirs(folder)
+                urllib.request.urlretrieve("https://example.com/set.tgz", os.path.join(folder, "set.tgz"))
+            return folder
+
+
+        def training_set(folder):
+            return fetch(folder)
+        """, main="""
+        import torch
+        from data import training_set
+
+        root = training_set("dataset")
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        opt.zero_grad(); model(torch.ones(4, 2)).sum().backward(); opt.step()
+        """)
+    main([str(tmp_path / "main.py")])
+    converted = (tmp_path / "main.py").read_text()
+    assert 'with dp.main_process_first():\n    root = training_set("dataset")\n' in converted

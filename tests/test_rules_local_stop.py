@@ -1,4 +1,4 @@
-"""local-stop: a break decided by this rank's own loss is declined with the all-ranks fix (found on a public regression example)."""
+"""local-stop: a break decided by this rank's own loss is declined with the all-ranks fix (a public regression example)."""
 
 from rule_testing import convert_text, findings_of
 

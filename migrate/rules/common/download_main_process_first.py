@@ -10,7 +10,7 @@ from ...codemod.rule import Rule
 _DOWNLOAD = m.Call(args=[m.ZeroOrMore(), m.Arg(m.Name("True"), keyword=m.Name("download")), m.ZeroOrMore()])
 
 
-_FETCHES = {"requests.get", "urllib.request.urlretrieve", "wget.download", "gdown.download"}
+_FETCHES = {"requests.get", "urllib.request.urlretrieve", "urllib.request.urlopen", "wget.download", "gdown.download"}
 
 
 def _pretrained(call: cst.Call) -> bool:
@@ -65,6 +65,8 @@ class DownloadMainProcessFirst(Rule):
                 self.q.callee_starts_with(call, prefix) for prefix in vocabulary.download_prefixes
             ):
                 yield call, f"{self.code(call.func)}(...)"
+            elif self.ctx.options.downloading_functions and self.q.is_call_to(call, self.ctx.options.downloading_functions):
+                yield call, f"{self.code(call.func)}(...), which downloads in its own module,"
             elif any(self.q.callee_starts_with(call, prefix) for prefix in vocabulary.pretrained_prefixes) and (
                 _pretrained(call) or (isinstance(call.func, cst.Attribute) and call.func.attr.value == "from_pretrained")
             ):
