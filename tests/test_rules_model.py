@@ -260,3 +260,52 @@ def test_a_model_trained_by_lbfgs_is_left_to_the_distributed_optimizer():
     assert "opt = dp.distributed_optimizer(torch.optim.LBFGS(model.parameters(), lr=0.5))" in converted
     [note] = findings_of(result, "distributed-model", "note")
     assert "closure optimizer (LBFGS)" in note.message
+
+
+def test_a_model_returned_by_a_factory_is_wrapped_after_the_caller_moves_it_to_its_device():
+    # issue 8, defect 5: it used to be wrapped inside the factory, on the CPU, before the caller's .to("cuda")
+    result = convert_text(
+        """
+        import torch
+
+        def load_train_objs():
+            model = torch.nn.Linear(2, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            return model, optimizer
+
+        def main():
+            net, opt = load_train_objs()
+            net = net.to("cuda")
+            for x in data:
+                opt.zero_grad(); net(x).sum().backward(); opt.step()
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    lines = result.output.decode().splitlines()
+    assert "    model = dp.distributed_model(model)" not in lines
+    assert lines.index("    net = dp.distributed_model(net)") == lines.index("    net = net.to(dp.device())") + 1
+
+
+def test_a_factory_called_twice_is_declined():
+    result = convert_text(
+        """
+        import torch
+
+        def build():
+            model = torch.nn.Linear(2, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            return model, opt
+
+        def main():
+            a, opt_a = build()
+            b, opt_b = build()
+            for x in data:
+                opt_a.zero_grad(); a(x).sum().backward(); opt_a.step()
+
+        main()
+        """
+    )
+    assert "distributed_model" not in result.output.decode()
+    assert findings_of(result, "distributed-model", "declined")
