@@ -22,12 +22,12 @@ def _declined(chosen: str):
     return findings_of(convert_text(TRAIN.format(chosen=chosen)), "device-variable", "declined")
 
 
-def test_a_gpu_index_passed_to_main_is_declined_where_it_is_chosen():
-    declined = _declined("    device = 0")
-    assert len(declined) == 1, declined
-    assert (declined[0].line, declined[0].col) == (12, 14)
-    assert "`device = 0` is a fixed GPU" in declined[0].message
-    assert "dp.device()" in declined[0].fix
+def test_a_gpu_index_passed_to_main_becomes_this_ranks_index_where_it_is_chosen():
+    # issue 8, defect 3: `device = 0` passed to main(device) used to pass silently
+    result = convert_text(TRAIN.format(chosen="    device = 0"))
+    assert "    device = dp.local_rank()\n    main(device)\n" in result.output.decode()
+    [change] = findings_of(result, "device-variable", "change")
+    assert (change.line, change.col) == (12, 14) and "`device = 0` (GPU 0) -> dp.local_rank()" in change.message
 
 
 def test_a_cuda_string_with_an_index_is_declined():
@@ -68,7 +68,7 @@ def test_a_device_from_an_untraceable_call_is_declined_with_the_fix():
     assert len(declined) == 1 and "cannot tell which device" in declined[0].message
 
 
-def test_a_fixed_gpu_handed_to_a_trainer_class_is_declined():
+def test_a_fixed_gpu_handed_to_a_trainer_class_becomes_this_ranks_index():
     # the DDP tutorial's single-GPU shape: device = 0 -> main(device) -> Trainer(..., device) -> model.to(gpu_id)
     result = convert_text(
         """
@@ -95,5 +95,5 @@ def test_a_fixed_gpu_handed_to_a_trainer_class_is_declined():
             main(device)
         """
     )
-    declined = findings_of(result, "device-variable", "declined")
-    assert len(declined) == 1 and "`device = 0` is a fixed GPU" in declined[0].message, declined
+    assert "    device = dp.local_rank()\n    main(device)\n" in result.output.decode()
+    assert findings_of(result, "device-variable", "declined") == []

@@ -16,8 +16,17 @@ for step in range(100):
 """
 
 
-def test_a_break_on_the_loss_is_declined_with_the_fix():
-    [declined] = findings_of(convert_text(LOOP.format(condition="loss.item() < 1e-3")), "local-stop", "declined")
+def test_a_break_on_the_loss_tests_the_mean_over_the_ranks():
+    result = convert_text(LOOP.format(condition="loss.item() < 1e-3"))
+    assert "    if dp.all_reduce(loss).item() < 1e-3:\n        break\n" in result.output.decode()
+    [change] = findings_of(result, "local-stop", "change")
+    assert "every rank stops at the same step" in change.message
+
+
+def test_a_test_an_and_could_short_circuit_is_declined_with_the_fix():
+    result = convert_text(LOOP.format(condition="step > 3 and loss.item() < 1e-3"))
+    assert "all_reduce" not in result.output.decode()
+    [declined] = findings_of(result, "local-stop", "declined")
     assert "`loss`" in declined.message and "dp.all_reduce(loss)" in declined.fix
 
 

@@ -9,16 +9,15 @@ from ...codemod.rule import Rule
 
 
 class LocalStop(Rule):
-    """Report a ``break`` out of a training loop decided by a value the loop computes (``loss``).
+    """Make a ``break`` out of a training loop decided by a value the loop computes (``loss``) agree.
 
     Why: once converted, each rank computes that value on its own shard, so one rank can stop while
     the others run another step and wait for its gradients: the job fails (or hangs until the
     collective timeout). The decision must be taken on every rank alike.
-    Example (declined):  for x, y in loader:
-                             loss = step(x, y)
-                             if loss.item() < 1e-3:
-                                 break
-    fix: ``if dp.all_reduce(loss.item()) < 1e-3:`` (the mean over the ranks, the global batch's loss)
+    Example:  if loss.item() < 1e-3:  ->  if dp.all_reduce(loss).item() < 1e-3:
+    (the mean over the ranks: the global batch's loss, so one process and N ranks stop alike).
+    Declined, with that fix: a test that is not a plain comparison directly in the loop's body (an
+    ``and``/``or`` could skip the all-reduce on some ranks).
     Leaves alone: conditions on flags and counters set outside the loop (``if args.dry_run: break``),
     and rank conditions (``rank-divergent-code`` reports those).
     """
@@ -36,12 +35,27 @@ class LocalStop(Rule):
         if not read:
             return
         value = sorted(read)[0]
+        if self._agreeable(loop, guard, read):
+            self.ctx.plan.replace(guard.test, lambda test: test.visit(_AllRanks(read, self)))
+            self.report(
+                guard.test, "change",
+                f"the stop test reads dp.all_reduce({value}), the mean over the ranks (the global batch's value): "
+                "every rank stops at the same step",
+            )
+            return
         self.report(
             node, "declined",
             f"this `break` depends on `{value}`, which each rank computes from its own data: ranks can stop at "
             "different steps, and the others then wait for this rank's gradients",
             f"decide on every rank alike, e.g. test dp.all_reduce({value}) (the mean over the ranks) instead of `{value}`",
         )
+
+    def _agreeable(self, loop, guard: cst.If, read: set[str]) -> bool:
+        """The test can be made the same on every rank: a plain comparison, in an ``if`` every rank
+        reaches (directly in the loop's body), so the all-reduce in it is met by all."""
+        body = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+        return (any(s is guard for s in body) and isinstance(guard.test, cst.Comparison)
+                and not self.q.index.of_type(guard.test, cst.BooleanOperation))
 
     def _loop_and_guard(self, node: cst.CSTNode) -> tuple[cst.For | cst.While | None, cst.If | None]:
         guard = None
@@ -63,3 +77,20 @@ def _loop_targets(loop: cst.For | cst.While) -> set[str]:
     if isinstance(loop, cst.For) and isinstance(loop.target, cst.Name):
         return {loop.target.value}
     return set()
+
+
+class _AllRanks(cst.CSTTransformer):
+    """Every read of the named values becomes ``dp.all_reduce(name)``."""
+
+    def __init__(self, names: set[str], rule: Rule) -> None:
+        super().__init__()
+        self.names = names
+        self.rule = rule
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        if original.value in self.names:
+            return self.rule.dp_call("all_reduce", updated)
+        return updated
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        return updated.with_changes(attr=original.attr)  # `x.loss`: an attribute's name is not the value

@@ -26,12 +26,14 @@ _DEVICE_CALLS = {"torch.device"}
 
 
 class DeviceVariable(Rule):
-    """Decline a device variable that names one fixed GPU (or cannot be traced), with the fix.
+    """A device variable that names one fixed GPU: ``device = 0`` becomes ``dp.local_rank()``; others declined.
 
     Why: launched on N processes every rank would use that one GPU; nothing in the converted script
     would say so. ``dp.device()`` is this rank's GPU.
-    Example:  device = 0                  declined: `device = 0` names GPU 0 for every rank
-              main(device)                fix: device = dp.device()
+    Example:  device = 0    ->  device = dp.local_rank()     (as the DDP tutorial's multi-GPU script does)
+              main(device)
+    Declined, with the fix: ``"cuda:1"``, a default value (``def main(device=0)``: evaluated at import),
+    and a device that cannot be traced.
     Leaves alone: devices that ``rank-device`` converts, the CPU, ``"cuda"`` without an index (the
     GPU ``dp.init()`` pins), a tensor's ``.device``, and attributes such as ``args.device`` (a flag
     whose default is normally ``"cuda"``).
@@ -65,6 +67,14 @@ class DeviceVariable(Rule):
         for kind, node in origins:
             if kind == _FIXED and id(node) not in self._reported:
                 self._reported.add(id(node))
+                if isinstance(node, cst.Integer) and isinstance(self.q.parent(node), cst.Assign):
+                    self.ctx.plan.replace(node, lambda _: self.dp("local_rank()"))
+                    self.report(
+                        node, "change",
+                        f"`{self._where(node)}` (GPU {node.value}) -> dp.local_rank(): this rank's GPU index, "
+                        f"used as the device `{shown}`",
+                    )
+                    continue
                 self.report(
                     node, "declined",
                     f"`{self._where(node)}` is a fixed GPU, used as the device `{shown}`: launched on N "
