@@ -41,3 +41,26 @@ def test_a_download_already_under_a_main_process_first_block_is_not_wrapped_twic
     )
     result = convert_text(source, select=("download-main-process-first",))
     assert result.output.decode() == source
+
+
+def test_a_download_in_one_branch_puts_the_whole_choice_under_main_process_first():
+    # `if exists: ... else: download` decided per rank would make the ranks meet in different places
+    result = convert_text(
+        """
+        import os
+        import requests
+        import torch
+
+        def main():
+            if os.path.isfile("cora.tgz"):
+                print("have it")
+            else:
+                with requests.get("https://example.com/cora.tgz", stream=True) as reply:
+                    open("cora.tgz", "wb").write(reply.content)
+
+        if __name__ == "__main__":
+            main()
+        """,
+        select=("download-main-process-first",),
+    )
+    assert '    with dp.main_process_first():\n        if os.path.isfile("cora.tgz"):\n' in result.output.decode()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
+from ...codemod.query import is_main_guard
+from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
 
 _DOWNLOAD = m.Call(args=[m.ZeroOrMore(), m.Arg(m.Name("True"), keyword=m.Name("download")), m.ZeroOrMore()])
@@ -42,16 +44,18 @@ class DownloadMainProcessFirst(Rule):
         statements = []
         for call, what in self._downloads():
             statement = self.q.statement_of(call)
-            if not isinstance(statement, cst.SimpleStatementLine) or self._in_main_process_first(statement):
-                if isinstance(statement, cst.SimpleStatementLine):
-                    continue
-                self.report(call, "declined", f"{what} inside a compound statement's header",
-                            "download it in a statement of its own inside `with dp.main_process_first():`")
+            if self._in_main_process_first(statement):
                 continue
+            if not isinstance(statement, cst.SimpleStatementLine) or self._in_branch(statement):
+                statement = self._whole_branching_statement(statement)
+                if statement is None:
+                    self.report(call, "declined", f"{what} inside a block that trains or meets the other ranks",
+                                "download it in a statement of its own inside `with dp.main_process_first():`")
+                    continue
             if not any(s is statement for s in statements):
                 statements.append(statement)
-                self.report(call, "change", f"{what} runs under dp.main_process_first(): "
-                            "downloaded once per node, the other ranks wait for it")
+            self.report(call, "change", f"{what} runs under dp.main_process_first(): "
+                        "downloaded once per node, the other ranks wait for it")
         for run in self._runs(statements):
             self.ctx.plan.group(run, self._with_block)
 
@@ -71,6 +75,34 @@ class DownloadMainProcessFirst(Rule):
                 _pretrained(call) or (isinstance(call.func, cst.Attribute) and call.func.attr.value == "from_pretrained")
             ):
                 yield call, f"pretrained weights of {self.code(call.func)}(...)"
+
+    def _in_branch(self, statement: cst.CSTNode) -> bool:
+        """Inside an ``if``/``try`` of its function: some ranks may not reach it (a file exists)."""
+        owner = self._owner(statement)
+        if isinstance(owner, cst.If) and is_main_guard(owner):
+            return False
+        return isinstance(owner, (cst.If, cst.Else, cst.Try, cst.ExceptHandler, cst.Finally))
+
+    def _owner(self, statement: cst.CSTNode) -> cst.CSTNode | None:
+        block = self.q.parent(statement)
+        return self.q.parent(block) if isinstance(block, cst.IndentedBlock) else None
+
+    def _whole_branching_statement(self, statement: cst.CSTNode) -> cst.BaseStatement | None:
+        """The outermost ``if``/``try`` around ``statement`` (not past a ``with`` or the ``__main__`` block), which every rank
+        reaches: the ``main_process_first`` block (a meeting point) must wrap the whole choice
+        (``if os.path.exists(f): ... else: download()``), or the ranks would meet in different places."""
+        while True:
+            owner = self._owner(statement)
+            while isinstance(owner, (cst.Else, cst.ExceptHandler, cst.Finally)):
+                owner = self.q.parent(owner)
+            while isinstance(owner, cst.If) and isinstance(self.q.parent(owner), cst.If):  # elif
+                owner = self.q.parent(owner)
+            if not isinstance(owner, (cst.If, cst.Try)) or (isinstance(owner, cst.If) and is_main_guard(owner)):
+                break  # a `with` or the __main__ block: every rank that gets here gets in
+            statement = owner
+        if self.q.trains(statement) or self.ctx.analysis(RankAnalysis).has_collective(statement):
+            return None
+        return statement if isinstance(self.q.parent(statement), (cst.Module, cst.IndentedBlock)) else None
 
     def _in_main_process_first(self, statement: cst.CSTNode) -> bool:
         """Already inside ``with dp.main_process_first():`` (or ``with ....main_process_first():``)."""
