@@ -16,8 +16,16 @@ collate_fn, workers, return_list, shared memory, buffering, timeout and worker_i
 from __future__ import annotations
 
 import numpy as np
-from paddle.io import BatchSampler, DataLoader, Dataset, DistributedBatchSampler, IterableDataset, Subset
-from paddle.io import RandomSampler, SequenceSampler
+from paddle.io import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedBatchSampler,
+    IterableDataset,
+    RandomSampler,
+    SequenceSampler,
+    Subset,
+)
 
 
 class UnpaddedDistributedBatchSampler(DistributedBatchSampler):
