@@ -157,11 +157,11 @@ def unwrap(model):
 
 
 def distributed_optimizer(optimizer):
-    """``fleet.distributed_optimizer(optimizer, strategy)``; the optimizer itself when not launched."""
+    """``fleet.distributed_optimizer`` (with the Strategy given to ``fleet.init``); the optimizer itself when not launched."""
     init()
     if world_size() == 1:
         return optimizer
-    return fleet.distributed_optimizer(optimizer, strategy=_state.native)
+    return fleet.distributed_optimizer(optimizer)  # the strategy was given to fleet.init; passing it again warns
 
 
 def distributed_loader(loader_or_dataset, *, evaluation: bool = False):
