@@ -26,7 +26,7 @@ parser.add_argument("--checkpoint", default=None, help="dp.save(model.state_dict
 parser.add_argument("--count-saves", default=None, help="write how many times this rank called paddle.save here")
 parser.add_argument("--die-rank", type=int, default=None, help="this rank kills itself with SIGKILL ...")
 parser.add_argument("--die-at", type=int, default=3, help="... before this step")
-parser.add_argument("--hold", default=None, help="after training, write this process's pid to HOLD.rank<i>, wait until HOLD is removed")
+parser.add_argument("--hold", default=None, help="write pid to HOLD.rank<i>, wait for HOLD to go")
 args = parser.parse_args()
 
 saves = 0
