@@ -53,7 +53,7 @@ dataset = paddle.io.TensorDataset([paddle.to_tensor(inputs), paddle.to_tensor(ta
 loader = dp.distributed_loader(
     paddle.io.DataLoader(dataset, batch_size=dp.per_rank_batch_size(args.batch_size), shuffle=False))
 
-step = 0
+step, loss = 0, paddle.to_tensor(float("nan"))
 while step < args.steps:
     for x, y in loader:
         if dp.rank() == args.die_rank and step == args.die_at:
