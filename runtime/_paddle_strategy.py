@@ -12,7 +12,11 @@ Paddle honours it in the current mode (measured with Paddle 3.3.1):
   these are static-graph meta-optimizers of Fleet (they rewrite the program in ``minimize``). A dygraph
   ``DataParallel`` reads none of them, so in dygraph mode they raise :class:`UnsupportedStrategy`
   instead of being silently dropped;
+- on a CPU build in static mode Fleet's ``minimize`` does not run at all (:mod:`._paddle_static`): the
+  gradients are all-reduced one by one, so no knob applies there and every one raises;
 - ``gradient_compression="bf16"``: no Paddle option at all.
+
+Modes: ``"dygraph"``, ``"static-fleet"`` (GPU: Fleet's minimize), ``"static-allreduce"`` (CPU).
 """
 
 from __future__ import annotations
@@ -41,14 +45,20 @@ def _requested(strategy: Strategy) -> list[str]:
     return on
 
 
-def check(strategy: Strategy, *, dygraph: bool) -> None:
-    """Raise UnsupportedStrategy for a knob Paddle cannot honour in this mode."""
+def check(strategy: Strategy, *, mode: str) -> None:
+    """Raise UnsupportedStrategy for a knob Paddle cannot honour in ``mode``."""
     if strategy.gradient_compression == "bf16":
         raise UnsupportedStrategy(
             "Strategy(gradient_compression='bf16'): Paddle's DistributedStrategy has fp16_allreduce only; "
-            "use gradient_compression='fp16' (static graph) or drop the knob"
+            "use gradient_compression='fp16' (static graph on GPU) or drop the knob"
         )
-    if dygraph:
+    if mode == "static-allreduce" and strategy != Strategy():
+        raise UnsupportedStrategy(
+            f"{strategy}: on a CPU build in static graph mode Fleet's optimizer cannot run (Paddle 3.3.1), so "
+            "dpmigrate all-reduces each gradient itself and no DistributedStrategy knob applies; drop the knobs, "
+            "or train on GPUs"
+        )
+    if mode == "dygraph":
         knobs = _requested(strategy)
         if knobs:
             names = ", ".join(f"{k} (DistributedStrategy.{_STATIC_ONLY[k]})" for k in knobs)
@@ -60,11 +70,11 @@ def check(strategy: Strategy, *, dygraph: bool) -> None:
             )
 
 
-def to_distributed_strategy(strategy: Strategy, *, dygraph: bool):
+def to_distributed_strategy(strategy: Strategy, *, mode: str):
     """A ``fleet.DistributedStrategy`` with the knobs of ``strategy`` set (after :func:`check`)."""
     from paddle.distributed import fleet
 
-    check(strategy, dygraph=dygraph)
+    check(strategy, mode=mode)
     native = fleet.DistributedStrategy()
     if strategy.bucket_size_mb is not None:
         native.fuse_grad_size_in_MB = int(max(1, round(strategy.bucket_size_mb)))

@@ -30,7 +30,7 @@ import paddle
 import paddle.distributed as dist
 from paddle.distributed import fleet
 
-from . import _paddle_env, _paddle_strategy, common
+from . import _paddle_env, _paddle_static, _paddle_strategy, common
 from ._paddle_data import distributed_loader_for
 from .atomic import atomic_write
 from .role import Role
@@ -80,8 +80,8 @@ def init(strategy: Strategy | None = None, *, timeout: float | None = None) -> R
             )
         return _state.role
     strategy = strategy or Strategy()
-    dygraph = paddle.in_dynamic_mode()
-    _paddle_strategy.check(strategy, dygraph=dygraph)
+    mode = _mode()
+    _paddle_strategy.check(strategy, mode=mode)
     timeout_s = common.timeout_seconds(timeout)
     role = read_role()
     if role.world_size > 1:
@@ -89,12 +89,22 @@ def init(strategy: Strategy | None = None, *, timeout: float | None = None) -> R
         if problem:
             raise RuntimeError(problem)
         _paddle_env.complete_environment(role, gpu=_uses_gpu())
-        native = _paddle_strategy.to_distributed_strategy(strategy, dygraph=dygraph)
-        fleet.init(is_collective=True, strategy=native)
+        native = _paddle_strategy.to_distributed_strategy(strategy, mode=mode)
+        if mode == "static-allreduce":
+            _paddle_static.start_process_group_in_dynamic_mode(lambda: fleet.init(is_collective=True, strategy=native))
+        else:
+            fleet.init(is_collective=True, strategy=native)
         _state.native, _state.started = native, True
         atexit.register(shutdown)
     _state.role, _state.strategy, _state.timeout_s = role, strategy, timeout_s
     return role
+
+
+def _mode() -> str:
+    """How data parallelism runs here: dygraph, static with Fleet's minimize (GPU), static with all-reduces (CPU)."""
+    if paddle.in_dynamic_mode():
+        return "dygraph"
+    return "static-fleet" if _uses_gpu() else "static-allreduce"
 
 
 def shutdown() -> None:
@@ -157,10 +167,19 @@ def unwrap(model):
 
 
 def distributed_optimizer(optimizer):
-    """``fleet.distributed_optimizer`` (with the Strategy given to ``fleet.init``); the optimizer itself when not launched."""
+    """Gradients averaged over the ranks; the optimizer itself when not launched.
+
+    Dygraph: ``fleet.distributed_optimizer`` (with the Strategy given to ``fleet.init``). Static graph:
+    an optimizer whose ``minimize`` is Fleet's on GPU builds, and on CPU builds appends one
+    ``all_reduce`` per gradient to the program (:mod:`._paddle_static`: Fleet's fails there).
+    """
     init()
     if world_size() == 1:
         return optimizer
+    if _mode() == "static-allreduce":
+        return _paddle_static.AllReduceGradientsOptimizer(optimizer, world_size())
+    if _mode() == "static-fleet":
+        return fleet.distributed_optimizer(optimizer, strategy=_state.native)
     return fleet.distributed_optimizer(optimizer)  # the strategy was given to fleet.init; passing it again warns
 
 

@@ -116,15 +116,15 @@ def test_static_graph_only_knobs_are_refused_in_dygraph(strategy, knob):
 
 def test_bf16_compression_is_refused_everywhere():
     with pytest.raises(dp.UnsupportedStrategy, match="fp16_allreduce only"):
-        _paddle_strategy.check(dp.Strategy(gradient_compression="bf16"), dygraph=False)
+        _paddle_strategy.check(dp.Strategy(gradient_compression="bf16"), mode="static-fleet")
 
 
 def test_knobs_map_onto_distributed_strategy():
-    native = _paddle_strategy.to_distributed_strategy(dp.Strategy(bucket_size_mb=8), dygraph=True)
+    native = _paddle_strategy.to_distributed_strategy(dp.Strategy(bucket_size_mb=8), mode="dygraph")
     assert native.fuse_grad_size_in_MB == 8 and native.fuse_all_reduce_ops
     native = _paddle_strategy.to_distributed_strategy(dp.Strategy(
         hierarchical_allreduce=True, localsgd_steps=4, localsgd_warmup_steps=10, gradient_accumulation=3),
-        dygraph=False)
+        mode="static-fleet")
     assert native.use_hierarchical_allreduce and native.localsgd and native.gradient_merge
     assert (native.localsgd_configs["k_steps"], native.localsgd_configs["begin_step"]) == (4, 11)
     assert (native.gradient_merge_configs["k_steps"], native.gradient_merge_configs["avg"]) == (3, True)
@@ -177,3 +177,15 @@ def test_a_custom_batch_sampler_is_refused_with_the_fix():
 def test_a_dataset_is_sharded_by_position():
     shard = _paddle_data.distributed_loader_for(dataset(5), 1, 2)
     assert [int(shard[i][0].item()) for i in range(len(shard))] == [1, 3]
+
+
+def test_static_mode_at_world_size_1_keeps_the_optimizer_and_refuses_knobs_on_cpu():
+    paddle.enable_static()
+    try:
+        optimizer = paddle.optimizer.SGD(learning_rate=0.1)
+        assert dp.distributed_optimizer(optimizer) is optimizer
+        dp._reset_for_tests()
+        with pytest.raises(dp.UnsupportedStrategy, match="CPU build in static graph mode"):
+            dp.init(dp.Strategy(bucket_size_mb=8))
+    finally:
+        paddle.disable_static()
