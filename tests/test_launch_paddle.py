@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -171,3 +173,30 @@ def test_a_rank_killed_mid_training_ends_the_job_naming_it(tmp_path):
     assert proc.returncode == 137, proc.stdout + proc.stderr
     assert re.match(r"dpmigrate launch: rank 1 failed \(killed by SIGKILL\)", final), final
     assert elapsed < 90, f"the job took {elapsed:.0f} s to end after a rank died"
+
+
+@pytest.mark.slow
+def test_two_nodes_meet_at_the_master_and_train_like_one_process(tmp_path):
+    """--nnodes 2 --master 127.0.0.1:PORT --run-id: two `dpmigrate launch` on this machine, one rank each,
+    through Paddle's launcher (node 0's serves the rendezvous at the master); the result equals 1 process."""
+    import numpy as np
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_id = secrets.token_hex(16)
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "dpmigrate.launch", "-n", "1", "--nnodes", "2", "--node-rank", str(r), "--master",
+         f"127.0.0.1:{port}", "--run-id", run_id, "--log-dir", str(tmp_path / f"logs{r}"), str(TRAIN),
+         "--out", "dist.npz"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in (0, 1)]
+    outputs = [node.communicate(timeout=240) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert outputs[0][1].strip().splitlines()[-1].startswith("dpmigrate launch: rank 0 on this node finished.")
+    assert outputs[1][1].strip().splitlines()[-1].startswith("dpmigrate launch: rank 1 on this node finished.")
+    single = subprocess.run([sys.executable, str(TRAIN), "--out", "single.npz"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    assert single.returncode == 0, single.stderr
+    with np.load(tmp_path / "single.npz") as a, np.load(tmp_path / "dist.npz") as b:
+        assert sorted(a.files) == sorted(b.files)
+        assert max(float(np.abs(a[k] - b[k]).max()) for k in a.files) < 1e-5
