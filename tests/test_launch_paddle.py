@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_launch import _address, launcher_process, wait_for_files
+from test_launch import _address, alive, launcher_process, wait_for_files
 
 import dpmigrate.launch
 from dpmigrate.launch import cli
@@ -200,3 +201,22 @@ def test_two_nodes_meet_at_the_master_and_train_like_one_process(tmp_path):
     with np.load(tmp_path / "single.npz") as a, np.load(tmp_path / "dist.npz") as b:
         assert sorted(a.files) == sorted(b.files)
         assert max(float(np.abs(a[k] - b[k]).max()) for k in a.files) < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_launcher_stops_every_process_of_the_job(tmp_path, signum):
+    proc = launcher_process("-n", "2", "--log-dir", str(tmp_path / "logs"), str(TRAIN), "--steps", "2",
+                            "--hold", str(tmp_path / "hold"), cwd=tmp_path)
+    (tmp_path / "hold").write_text("")  # never removed: the ranks wait until they are stopped
+    try:
+        wait_for_files([tmp_path / "hold.rank0", tmp_path / "hold.rank1"], timeout_s=120)
+        pids = descendants(proc.pid)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, err
+    assert err.strip().splitlines()[-1].startswith(f"dpmigrate launch: {signal.Signals(signum).name} received; "
+                                                   "all ranks were stopped.")
+    assert [pid for pid in pids if alive(pid)] == []
