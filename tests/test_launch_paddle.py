@@ -220,3 +220,20 @@ def test_a_signal_to_the_launcher_stops_every_process_of_the_job(tmp_path, signu
     assert err.strip().splitlines()[-1].startswith(f"dpmigrate launch: {signal.Signals(signum).name} received; "
                                                    "all ranks were stopped.")
     assert [pid for pid in pids if alive(pid)] == []
+
+
+@pytest.mark.slow
+def test_a_frozen_rank_does_not_hang_the_job(tmp_path):
+    """Rank 1 stops itself (SIGSTOP) mid-training: rank 0's gloo all-reduce times out (gloo's 30 s in Paddle
+    3.3.1) and aborts, Paddle's launcher stops the job, dpmigrate kills what is left: the job ends, no hang.
+    (The final line names rank 0, whose collective failed: Paddle has no heartbeat to name the frozen one.)"""
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "dpmigrate.launch", "-n", "2", "--log-dir", str(tmp_path / "logs"), str(TRAIN),
+         "--steps", "100000", "--die-rank", "1", "--die-signal", "SIGSTOP"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    elapsed = time.monotonic() - started
+    final = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and "failed" in final, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "gloo::TimeoutException" in proc.stdout + proc.stderr
+    assert elapsed < 150, f"the job took {elapsed:.0f} s to end after a rank froze"

@@ -24,7 +24,8 @@ parser.add_argument("--lr", type=float, default=0.1)
 parser.add_argument("--out", default=None, help="rank 0 writes the final parameters here (.npz)")
 parser.add_argument("--checkpoint", default=None, help="dp.save(model.state_dict(), this)")
 parser.add_argument("--count-saves", default=None, help="write how many times this rank called paddle.save here")
-parser.add_argument("--die-rank", type=int, default=None, help="this rank kills itself with SIGKILL ...")
+parser.add_argument("--die-rank", type=int, default=None, help="this rank sends itself --die-signal ...")
+parser.add_argument("--die-signal", default="SIGKILL", help="SIGKILL, or SIGSTOP to freeze")
 parser.add_argument("--die-at", type=int, default=3, help="... before this step")
 parser.add_argument("--hold", default=None, help="write pid to HOLD.rank<i>, wait for HOLD to go")
 args = parser.parse_args()
@@ -57,7 +58,7 @@ step, loss = 0, paddle.to_tensor(float("nan"))
 while step < args.steps:
     for x, y in loader:
         if dp.rank() == args.die_rank and step == args.die_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), getattr(signal, args.die_signal))
         loss = paddle.nn.functional.mse_loss(model(x), y)
         loss.backward()
         optimizer.step()
