@@ -207,6 +207,21 @@ def scale_lr(lr: float, rule: str = "linear") -> float:
 
 # --- collectives ----------------------------------------------------------------------------------
 
+
+@contextlib.contextmanager
+def _run_now() -> Iterator[None]:
+    """Collectives that run when called: in static graph mode ``paddle.distributed`` would instead append
+    them as ops to the program being built, so the runtime's own collectives run in dynamic mode."""
+    if paddle.in_dynamic_mode():
+        yield
+        return
+    paddle.disable_static()
+    try:
+        yield
+    finally:
+        paddle.enable_static()
+
+
 _REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN", "product": "PROD"}
 
 
@@ -217,6 +232,11 @@ def _number_tensor(value, op: str) -> paddle.Tensor:
 
 def all_reduce(value, op: str = "mean"):
     """Reduce a tensor or Python number over all ranks; returns a new value of the same kind."""
+    with _run_now():
+        return _all_reduce(value, op)
+
+
+def _all_reduce(value, op: str = "mean"):
     if op not in _REDUCE_OPS:
         raise ValueError(f"all_reduce(op={op!r}): use one of {sorted(_REDUCE_OPS)}")
     is_tensor = isinstance(value, paddle.Tensor)
@@ -235,6 +255,11 @@ def all_reduce(value, op: str = "mean"):
 
 def all_gather(value):
     """Tensors: concatenated along dim 0 in rank order (sizes may differ). Other objects: a list."""
+    with _run_now():
+        return _all_gather(value)
+
+
+def _all_gather(value):
     if not isinstance(value, paddle.Tensor):
         if world_size() == 1:
             return [value]
@@ -257,6 +282,11 @@ def all_gather(value):
 
 def broadcast(value, src: int = 0):
     """Rank ``src``'s value on every rank (tensors and any picklable object)."""
+    with _run_now():
+        return _broadcast(value, src)
+
+
+def _broadcast(value, src: int = 0):
     if world_size() == 1:
         return value
     if isinstance(value, paddle.Tensor):
@@ -270,7 +300,8 @@ def broadcast(value, src: int = 0):
 
 def barrier() -> None:
     if world_size() > 1:
-        dist.barrier()
+        with _run_now():
+            dist.barrier()
 
 
 # --- rank-aware side effects ------------------------------------------------------------------------

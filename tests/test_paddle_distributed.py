@@ -80,13 +80,18 @@ def test_checkpoint_is_written_once_atomically_with_unwrapped_keys_even_with_emp
 def test_static_graph_two_ranks_match_one_process(tmp_path):
     """Must show 3: a static-graph program (enable_static, Executor, minimize) on 2 ranks x 16 == 1 process
     x 32. On this CPU build dp.distributed_optimizer's minimize appends one all_reduce op per gradient
-    (Fleet's own minimize fails on CPU in Paddle 3.3.1)."""
+    (Fleet's own minimize fails on CPU in Paddle 3.3.1). dp.all_reduce and dp.save run when called, also
+    in static mode (paddle.distributed would append them to the program instead)."""
     run_single("paddle_static_train.py", "--out", "single.npz", cwd=tmp_path)
     run_single("paddle_static_train.py", "--steps", "0", "--out", "initial.npz", cwd=tmp_path)
-    proc = launch("paddle_static_train.py", "--out", "dist.npz", cwd=tmp_path)
+    proc = launch("paddle_static_train.py", "--out", "dist.npz", "--checkpoint", "static.pdparams", cwd=tmp_path)
     assert proc.stdout.count("trained 20 static-graph steps on 2 process(es)") == 1
+    assert "[rank0] sum of rank + 1 over the ranks: 3\n" in proc.stdout  # dp's collectives run in static mode too
     single, dist, initial = (parameters(tmp_path / f) for f in ("single.npz", "dist.npz", "initial.npz"))
     assert sorted(single) == sorted(dist) == ["fc_0.b_0", "fc_0.w_0", "fc_1.b_0", "fc_1.w_0"]
     assert all(np.abs(single[k] - initial[k]).max() > 1e-3 for k in single)  # training moved every tensor
     worst = max(float(np.abs(single[k] - dist[k]).max()) for k in single)
     assert worst < 1e-5, worst
+    loaded = run_single("paddle_load.py", str(tmp_path / "static.pdparams"), "--values", cwd=tmp_path)
+    checkpoint = json.loads(loaded.stdout.strip().splitlines()[-1])  # written once by rank 0 through dp.save
+    assert all(np.array_equal(np.array(checkpoint[k], dtype=np.float32), dist[k]) for k in dist)

@@ -17,6 +17,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--batch-size", type=int, default=32, help="the global batch")
 parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--out", required=True)
+parser.add_argument("--checkpoint", default=None, help="dp.save(main_program.state_dict(), this)")
 args = parser.parse_args()
 
 paddle.enable_static()
@@ -39,6 +40,9 @@ for step in range(args.steps):
     exe.run(paddle.static.default_main_program(), feed={"x": dp.shard(inputs[window]), "y": dp.shard(targets[window])},
             fetch_list=[loss])
 dp.print(f"trained {args.steps} static-graph steps on {dp.world_size()} process(es)")
+dp.print(f"sum of rank + 1 over the ranks: {dp.all_reduce(dp.rank() + 1, op='sum')}")  # runs now, not in the program
+if args.checkpoint:
+    dp.save(paddle.static.default_main_program().state_dict(), args.checkpoint)
 if dp.is_main_process():
     scope = paddle.static.global_scope()
     np.savez(args.out, **{p.name: np.array(scope.find_var(p.name).get_tensor()) for p, _ in params_grads})
