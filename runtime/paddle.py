@@ -11,9 +11,9 @@ here behaves like the plain single-process code. Dygraph: ``distributed_model`` 
 ``DistributedBatchSampler`` (:mod:`._paddle_data`). The Strategy is mapped in :mod:`._paddle_strategy`.
 
 What needs no framework (batch and learning-rate policies, print, ``main_process_first``, ``shard``'s
-split) is :mod:`.common`'s. ``timeout``: Paddle 3.3.1 has no collective timeout for gloo process groups;
-the value is checked and kept, and ``dpmigrate launch`` ends a job whose rank died (Paddle's launcher
-stops the others).
+split) is :mod:`.common`'s. ``timeout`` (``init(timeout=)``, ``DPMIGRATE_TIMEOUT``): the barriers
+(``barrier``, ``save``, ``main_process_first``) wait that long on the job's TCPStore; NCCL groups get it
+as ``PADDLE_PG_TIMEOUT``; gloo's own collectives keep their fixed 30 s (Paddle 3.3.1 has no option).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from paddle.distributed import fleet
 
 from . import _paddle_env, _paddle_static, _paddle_strategy, common
 from ._paddle_data import distributed_loader_for
+from ._paddle_store import StoreBarrier
 from .atomic import atomic_write
 from .role import Role
 from .role_reader import read_role
@@ -52,6 +53,7 @@ class _State:
         self.native = None  # the fleet.DistributedStrategy given to fleet.init
         self.timeout_s = common.DEFAULT_TIMEOUT_SECONDS
         self.started = False  # True when init() ran fleet.init (and so shutdown must end it)
+        self.barrier: StoreBarrier | None = None  # on the job's TCPStore, with the runtime's timeout
 
 
 _state = _State()
@@ -89,12 +91,14 @@ def init(strategy: Strategy | None = None, *, timeout: float | None = None) -> R
         if problem:
             raise RuntimeError(problem)
         _paddle_env.complete_environment(role, gpu=_uses_gpu())
+        os.environ.setdefault("PADDLE_PG_TIMEOUT", str(int(timeout_s * 1000)))  # NCCL groups, in ms
         native = _paddle_strategy.to_distributed_strategy(strategy, mode=mode)
         if mode == "static-allreduce":
             _paddle_static.start_process_group_in_dynamic_mode(lambda: fleet.init(is_collective=True, strategy=native))
         else:
             fleet.init(is_collective=True, strategy=native)
         _state.native, _state.started = native, True
+        _state.barrier = StoreBarrier.from_default_store(role.world_size, timeout_s)
         atexit.register(shutdown)
     _state.role, _state.strategy, _state.timeout_s = role, strategy, timeout_s
     return role
@@ -299,9 +303,15 @@ def _broadcast(value, src: int = 0):
 
 
 def barrier() -> None:
-    if world_size() > 1:
-        with _run_now():
-            dist.barrier()
+    """Every rank waits until all have arrived, up to the runtime's timeout (:mod:`._paddle_store`: not
+    gloo's barrier, which fails after a fixed 30 s)."""
+    if world_size() == 1:
+        return
+    if _state.barrier is not None:
+        _state.barrier.wait(rank())
+        return
+    with _run_now():
+        dist.barrier()
 
 
 # --- rank-aware side effects ------------------------------------------------------------------------

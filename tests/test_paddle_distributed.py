@@ -95,3 +95,13 @@ def test_static_graph_two_ranks_match_one_process(tmp_path):
     loaded = run_single("paddle_load.py", str(tmp_path / "static.pdparams"), "--values", cwd=tmp_path)
     checkpoint = json.loads(loaded.stdout.strip().splitlines()[-1])  # written once by rank 0 through dp.save
     assert all(np.array_equal(np.array(checkpoint[k], dtype=np.float32), dist[k]) for k in dist)
+
+
+def test_ranks_wait_for_rank_0_longer_than_gloos_30_s_in_main_process_first(tmp_path):
+    """Paddle's gloo barrier fails after a fixed 30 s; dp's barriers wait on the job's store for the runtime's
+    timeout instead, so a 35 s rank-0-only download inside main_process_first does not crash the job."""
+    started = time.monotonic()
+    proc = launch("paddle_slow_rank0.py", "35", "slow.pdparams", cwd=tmp_path)
+    assert time.monotonic() - started > 35
+    assert "[rank0] rank 0 waited for, job done" in proc.stdout
+    assert (tmp_path / "slow.pdparams").is_file()
