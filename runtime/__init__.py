@@ -5,7 +5,7 @@ hvd`` does::
 
     import dpmigrate.runtime.torch as dp        # torch.distributed / DDP
     import dpmigrate.runtime.tensorflow as dp   # tf.distribute            (later issue)
-    import dpmigrate.runtime.paddle as dp       # paddle.distributed.fleet (later issue)
+    import dpmigrate.runtime.paddle as dp       # paddle.distributed.fleet
 
 Importing this package imports no framework; each backend imports only its own.
 

@@ -2,8 +2,9 @@
 
 The package: :mod:`.cli` (the command line, checks, framework detection), :mod:`.backend` (what a
 framework backend provides, as plain data and one Protocol), one module per framework backend
-(:mod:`.torch`), the neutral supervisor (:mod:`.supervise`, :mod:`.streams`, :mod:`.processes`), the
-per-rank exit recorder used under a framework's launcher (:mod:`.rank_status`) and the final report
+(:mod:`.torch`; :mod:`.paddle`, with its relay :mod:`.paddle_launcher` and rank wrapper
+:mod:`.paddle_rank`), the neutral supervisor (:mod:`.supervise`, :mod:`.streams`, :mod:`.processes`),
+the per-rank exit recorder used under a framework's launcher (:mod:`.rank_status`) and the final report
 (:mod:`.report`). Importing it loads no framework.
 """
 

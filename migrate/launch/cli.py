@@ -7,7 +7,7 @@ Why: each framework has its own launcher with its own flags, defaults and pitfal
 reachable from the network, every CPU rank using every core, a dead rank leaving the others hanging,
 output of N ranks interleaved with no way to tell them apart). This module reads and checks the
 request, picks the framework from the script's imports, asks that framework's backend for a plan (one
-module each: :mod:`.torch`) and hands it to the neutral supervisor (:mod:`.supervise`):
+module each: :mod:`.torch`, :mod:`.paddle`) and hands it to the neutral supervisor (:mod:`.supervise`):
 
 - the ranks get ``OMP_NUM_THREADS=1`` unless it is already set (N CPU ranks each using all cores
   thrash), ``PYTHONUNBUFFERED=1``, ``DPMIGRATE_TIMEOUT=S`` with ``--timeout`` (the runtime's
@@ -38,16 +38,16 @@ from pathlib import Path
 
 from ..frameworks import FRAMEWORK_OF_PACKAGE
 from . import diagnosis, master_port, report, supervise
+from . import paddle as paddle_backend
 from . import torch as torch_backend
 from .backend import Backend, Job, Plan, Process
 from .processes import make_private_dirs
 
-BACKENDS: dict[str, Backend] = {"torch": torch_backend}
+BACKENDS: dict[str, Backend] = {"torch": torch_backend, "paddle": paddle_backend}
 
 NOT_YET_SUPPORTED = {
     "tensorflow": "start one process per worker yourself, each with its TF_CONFIG "
                   "(tf.distribute.MultiWorkerMirroredStrategy reads it)",
-    "paddle": "python -m paddle.distributed.launch --nproc_per_node N script.py ARGS",
 }
 
 # Top-level package -> framework. dpmigrate.runtime.<framework> (a converted script) decides first.

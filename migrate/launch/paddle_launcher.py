@@ -1,0 +1,168 @@
+"""Run ``python -m paddle.distributed.launch`` for ``dpmigrate launch``: isolated, every rank's output relayed.
+
+    python -m dpmigrate.launch.paddle_launcher [--isolate] WORKER_LOG_DIR -- python -m paddle.distributed.launch ...
+
+Why a process between the supervisor and Paddle's launcher (Paddle 3.3.1, measured here):
+
+- Output. Paddle's launcher writes each rank's output to ``WORKER_LOG_DIR/workerlog.<local rank>`` and
+  echoes only local rank 0's to its stdout (and, when a rank fails, the last 3000 bytes of its log). Each
+  rank runs under :mod:`.paddle_rank`, which marks its lines ``[rank<i>] `` (``[rank<i>]! `` for stderr);
+  this process follows every ``workerlog.*`` from where it ended before the job, relays each marked line
+  once (stdout, or stderr for ``!``, as ``[rank<i>] <line>``), and drops the marked lines of Paddle's
+  echo, which are copies. Paddle's own lines pass through unchanged.
+- ``CUDA_VISIBLE_DEVICES=""``: Paddle's launcher dies on it (IndexError in ``_build_pod_with_master``);
+  an empty value is removed (no GPU was visible either way).
+- Network (``--isolate``, one node): rank 0 serves Paddle's TCPStore on ``0.0.0.0`` at the port of
+  ``PADDLE_MASTER`` (``LibUVTCPServer::createServer`` binds ``0.0.0.0`` or ``::``; there is no option to
+  bind elsewhere), reachable from the network. So before it starts anything this process moves into a
+  new user and network namespace of its own (``unshare(CLONE_NEWUSER | CLONE_NEWNET)``, the same uid
+  and gid mapped, no privilege needed where unprivileged user namespaces are enabled) and brings up its
+  loopback interface: the job's sockets, whatever address they bind, exist only there, unreachable from
+  the host's interfaces and from other jobs. Where the kernel refuses, one line says so and the job runs
+  without that isolation.
+It exits as Paddle's launcher did (same code, or killed by the same signal); the supervisor's stop
+signals reach both (same process group), so this process only waits for the launcher to finish.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .processes import die_with_parent_hook
+from .rank_status import STOP_SIGNALS, _exit_like
+
+POLL_S = 0.1
+_MARKED = re.compile(rb"^\[rank(\d+)\](!?) ")
+_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+
+
+class NamespaceBroken(Exception):
+    """The new namespace was entered but could not be set up: the job cannot run in it, nor leave it."""
+
+
+def isolate_network() -> str | None:
+    """Enter a new user + network namespace with only loopback, up; None on success, else why not.
+
+    Raises NamespaceBroken when the namespace was entered but its loopback could not be brought up."""
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
+            return f"unshare: {os.strerror(ctypes.get_errno())}"
+    except (OSError, AttributeError) as e:
+        return str(e)
+    try:
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+        with socket.socket() as s:
+            flags = struct.unpack("16sh", fcntl.ioctl(s, _SIOCGIFFLAGS, struct.pack("16sh", b"lo", 0))[:18])[1]
+            fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | _IFF_UP))
+    except OSError as e:
+        raise NamespaceBroken(str(e)) from None
+    return None
+
+
+class _Follower:
+    """Follows ``workerlog.*`` files and relays their marked lines, each once."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.offsets = {path: path.stat().st_size for path in folder.glob("workerlog.*")}  # an earlier run's
+        self.partial: dict[Path, bytes] = {}
+
+    def poll(self, final: bool = False) -> None:
+        for path in sorted(self.folder.glob("workerlog.*")):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets.get(path, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            self.offsets[path] = self.offsets.get(path, 0) + len(data)
+            text = self.partial.pop(path, b"") + data
+            lines = text.split(b"\n")
+            rest = lines.pop()
+            if rest and final:
+                lines.append(rest)
+            elif rest:
+                self.partial[path] = rest
+            for line in lines:
+                _relay_rank_line(line + b"\n")
+
+
+def _relay_rank_line(line: bytes) -> None:
+    match = _MARKED.match(line)
+    if match is None:  # a line the rank's wrapper did not write (Paddle's own, in the rank's log): keep it
+        out = sys.stdout.buffer
+    else:
+        out = sys.stderr.buffer if match.group(2) else sys.stdout.buffer
+        line = b"[rank" + match.group(1) + b"] " + line[match.end():]
+    out.write(line)
+    out.flush()
+
+
+def _pass_through(pipe, out) -> None:
+    """Paddle's launcher's own lines; its echo of a rank's log (marked lines) is a copy and is dropped."""
+    for raw in iter(pipe.readline, b""):
+        if _MARKED.match(raw) is None:
+            out.write(raw)
+            out.flush()
+
+
+def main(argv: list[str]) -> int:
+    isolate = argv[:1] == ["--isolate"]
+    argv = argv[1:] if isolate else argv
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: python -m dpmigrate.launch.paddle_launcher [--isolate] WORKER_LOG_DIR -- COMMAND...",
+              file=sys.stderr)
+        return 2
+    folder, command = Path(argv[0]), argv[2:]
+    for signum in STOP_SIGNALS:  # the launcher, in our process group, gets the same signal and stops the job
+        signal.signal(signum, lambda *_: None)
+    if isolate:
+        try:
+            problem = isolate_network()
+        except NamespaceBroken as e:
+            print(f"dpmigrate launch: the job's private network namespace could not be set up ({e}); nothing "
+                  "was started", file=sys.stderr, flush=True)
+            return 1
+        if problem:
+            print(f"dpmigrate launch: could not give the job a private network namespace ({problem}); rank 0's "
+                  "Paddle TCPStore listens on all interfaces at the PADDLE_MASTER port while the job runs "
+                  "(Paddle has no option to bind it to 127.0.0.1)", file=sys.stderr, flush=True)
+    env = dict(os.environ)
+    if "CUDA_VISIBLE_DEVICES" in env and not env["CUDA_VISIBLE_DEVICES"].strip():
+        del env["CUDA_VISIBLE_DEVICES"]
+    follower = _Follower(folder)
+    launcher = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=die_with_parent_hook())
+    pumps = [threading.Thread(target=_pass_through, args=(pipe, out), daemon=True)
+             for pipe, out in ((launcher.stdout, sys.stdout.buffer), (launcher.stderr, sys.stderr.buffer))]
+    for pump in pumps:
+        pump.start()
+    while launcher.poll() is None:
+        follower.poll()
+        time.sleep(POLL_S)
+    follower.poll(final=True)
+    for pump in pumps:
+        pump.join(timeout=5)
+    _exit_like(launcher.returncode)
+    return launcher.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,56 @@
+"""Static graph (``paddle.enable_static()``) data parallelism: Fleet's ``minimize`` on GPU, Paddle's own
+collective op on CPU.
+
+Measured with Paddle 3.3.1 on CPU (issue 9): ``fleet.distributed_optimizer(opt).minimize(loss)`` fails
+with the default PIR (``clone(): incompatible function arguments ... for_test=False``) and, with
+``FLAGS_enable_pir_api=0``, with ``comm_id must be generated in paddlepaddle-xpu`` (its collective
+program rewrite has CUDA and XPU branches only). What trains on CPU: the process group started while
+still in dynamic mode (``fleet.init`` calls ``init_parallel_env``), then, in the static program,
+``paddle.distributed.all_reduce`` on every gradient (an all-reduce op appended to the program) and the
+average applied by the optimizer: :class:`AllReduceGradientsOptimizer`. On GPU builds Fleet's own
+``minimize`` (its meta-optimizers honour the Strategy's knobs) is kept; its program is
+``fleet.main_program`` / the default main program and its place ``dp.device()``.
+"""
+
+from __future__ import annotations
+
+import paddle
+import paddle.distributed as dist
+
+
+def start_process_group_in_dynamic_mode(start) -> None:
+    """Run ``start()`` (``fleet.init``) in dynamic mode, then return to static mode."""
+    paddle.disable_static()
+    try:
+        start()
+    finally:
+        paddle.enable_static()
+
+
+class AllReduceGradientsOptimizer:
+    """An optimizer whose ``minimize`` averages every gradient over the ranks inside the static program.
+
+    ``minimize(loss, startup_program=None, parameters=None, no_grad_set=None)`` is the static
+    optimizer's: ``backward``, then one ``all_reduce`` op per gradient and a division by the world
+    size, then ``apply_gradients``. Other attributes are the wrapped optimizer's.
+    """
+
+    def __init__(self, optimizer, world_size: int):
+        self._optimizer = optimizer
+        self._world_size = world_size
+
+    def minimize(self, loss, startup_program=None, parameters=None, no_grad_set=None):
+        params_grads = self._optimizer.backward(loss, startup_program=startup_program, parameters=parameters,
+                                                no_grad_set=no_grad_set)
+        averaged = []
+        for param, grad in params_grads:
+            if grad is None:
+                averaged.append((param, grad))
+                continue
+            dist.all_reduce(grad)  # in static mode: an all-reduce op on this gradient, in the program
+            averaged.append((param, grad / self._world_size))
+        optimize_ops = self._optimizer.apply_gradients(averaged)
+        return optimize_ops, averaged
+
+    def __getattr__(self, name):
+        return getattr(self._optimizer, name)
