@@ -69,8 +69,17 @@ def test_cpu_and_non_device_code_is_left_alone(source):
     assert_unchanged(HEAD + source)
 
 
-def test_a_device_taken_from_a_variable_is_declined():
-    result = assert_unchanged(HEAD + "device = torch.device(args.device)\n")
+def test_a_device_taken_from_a_flag_keeps_the_flags_kind_and_takes_this_ranks_card():
+    result = assert_converts(
+        HEAD + "device = torch.device(args.device)\n",
+        HEAD + IMPORT + '\ndevice = dp.device() if torch.device(args.device).type == "cuda" else torch.device(args.device)\n',
+    )
+    [finding] = findings_of(result, "rank-device", "change")
+    assert (finding.line, finding.col) == (2, 10) and "still picks the kind of device" in finding.message
+
+
+def test_a_device_computed_by_a_call_is_declined():
+    result = assert_unchanged(HEAD + "device = torch.device(pick(args))\n")
     [finding] = findings_of(result, "rank-device", "declined")
     assert (finding.line, finding.col) == (2, 10) and "dp.device()" in finding.fix
 

@@ -48,9 +48,10 @@ class RankDevice(Rule):
     ``torch.accelerator.current_accelerator()`` becomes ``dp.device()`` too (its ``.type`` is left:
     a device type without an index means the current device, which ``dp.init()`` pins).
     ``torch.cuda.set_device(...)`` is removed: ``dp.init()`` pins this rank's GPU.
+    ``torch.device(args.device)`` becomes ``dp.device() if torch.device(args.device).type == "cuda"
+    else torch.device(args.device)``: the flag still picks the kind of device, the rank picks the card.
     Leaves alone: ``torch.device("cpu")`` and ``"mps"`` (a CPU-only script stays on the CPU); a device
-    taken from a variable (``torch.device(args.device)``: declined, every rank would pick the same
-    one); ``CUDA_VISIBLE_DEVICES`` set by the script (declined).
+    computed otherwise (declined); ``CUDA_VISIBLE_DEVICES`` set by the script (declined).
     """
 
     name = "rank-device"
@@ -109,6 +110,19 @@ class RankDevice(Rule):
             )
         elif isinstance(first, cst.IfExp) and cuda_string(first.body):
             self._device_choice(first, node, wrap_else=True)
+        elif isinstance(first, (cst.Name, cst.Attribute, cst.Subscript)) and len(node.args) == 1:
+            # torch.device(args.device): the flag still picks CUDA or not; the rank picks the card
+            def rewrite(updated: cst.Call) -> cst.IfExp:
+                kind = cst.Attribute(updated.deep_clone(), cst.Name("type"))
+                test = cst.Comparison(kind, [cst.ComparisonTarget(cst.Equal(), cst.SimpleString('"cuda"'))])
+                return cst.IfExp(test=test, body=self.dp("device()"), orelse=updated)
+
+            self.ctx.plan.replace(node, rewrite)
+            self.report(
+                node, "change",
+                f"{self.code(node)} -> dp.device() when it names a CUDA device (this rank's GPU), else as given: "
+                f"`{self.code(first)}` still picks the kind of device",
+            )
         elif not isinstance(first, cst.SimpleString):
             self.report(
                 node, "declined",
