@@ -32,6 +32,7 @@ from .rank_device import RankDevice
 from .replace_data_parallel import ReplaceDataParallel
 from .same_random_inputs import SameRandomInputs
 from .shard_training_loader import ShardTrainingLoader
+from .shared_random_data import SharedRandomData
 from .training_averages import TrainingAverages
 
 _DISTRIBUTED = "torch.distributed"
@@ -95,6 +96,7 @@ RULES = (
     GlobalBatchSize,
     ManualBatching,
     SameRandomInputs,
+    SharedRandomData,
     DownloadMainProcessFirst,
     DistributedSave,
     MainProcessPrint,
