@@ -9,8 +9,10 @@ One invocation measures, on the same files:
   framework per process; run by that venv's python, file by file, see ``tf_upgrade_rate``);
   lines/s for each and the ratios;
 - scaling: generated training-script-like files of 10k, 50k and 100k lines and one file holding
-  a 1 MB line: wall time, peak memory and KB per line, each run in its own process;
-- start-up as pre-commit sees it: ``python -m dpmigrate --check small.py``, median of 10.
+  a 1 MB line: wall time, peak memory and KB per line, each run in its own process, beside
+  libcst's own ``parse_module`` of the same file (its tree is the floor of any libcst codemod);
+- start-up as pre-commit sees it: ``python -m dpmigrate --check small.py`` on a small torch
+  script and on a file importing no framework, median of 10 each, beside the bare interpreter.
 
 Every measured run is a child process, timed by wall clock, its peak RSS read with ``os.wait4``.
 Run by hand (nothing is written; no test asserts a timing):
@@ -64,6 +66,29 @@ for i, path in enumerate(sys.argv[2:]):
         lines += handle.read().count(b"\\n")
 print(seconds, lines, failed)
 """
+
+PARSE_ONLY = """\
+import sys
+import libcst
+with open(sys.argv[1], "rb") as handle:
+    libcst.parse_module(handle.read())
+"""
+
+NON_ML = '''"""A command-line helper that imports no deep-learning framework (what most pre-commit runs see)."""
+
+import argparse
+import json
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("path")
+    print(json.dumps(vars(parser.parse_args())))
+
+
+if __name__ == "__main__":
+    main()
+'''
 
 
 def run_child(argv: list[str], cwd: str | None = None) -> tuple[float, float, int]:
@@ -172,7 +197,9 @@ def one_long_line(size: int = 1_000_000) -> str:
 
 
 def scaling(sizes: list[int], scratch: Path) -> None:
-    print("## scaling: one generated file per run, `dpmigrate --check -j 1 FILE` in its own process")
+    """Per file: ours, then libcst's parse alone of the same file (the floor: its tree is most of our memory)."""
+    print("## scaling: one generated file per run, `dpmigrate --check -j 1 FILE` in its own process; "
+          "`libcst floor` is `libcst.parse_module` of the same file alone, in its own process")
     small = scratch / "small.py"
     small.write_text(generated_script(1))
     _, base_rss, _ = run_child(dpmigrate_check(str(small)))
@@ -183,18 +210,27 @@ def scaling(sizes: list[int], scratch: Path) -> None:
         path.write_text(text)
         lines = text.count("\n")
         seconds, rss, code = run_child(dpmigrate_check(str(path)))
+        floor_seconds, floor_rss, floor_code = run_child([sys.executable, "-c", PARSE_ONLY, str(path)])
         status = "" if code in (0, 1) else f"  (exit {code}!)"
+        status += "" if floor_code == 0 else f"  (libcst parse exit {floor_code}!)"
         print(f"{name:14} {lines:7,} lines {len(text) / 1e6:5.2f} MB  {seconds:7.1f} s  {rss:6.0f} MB peak  "
-              f"{rss * 1024 / lines:7.1f} KB/line ({(rss - base_rss) * 1024 / lines:6.1f} over baseline)  "
-              f"{lines / seconds:7,.0f} lines/s{status}")
+              f"{rss * 1024 / lines:7.1f} KB/line  {lines / seconds:7,.0f} lines/s | libcst floor {floor_seconds:7.1f} s  "
+              f"{floor_rss:6.0f} MB  {floor_rss * 1024 / lines:7.1f} KB/line | ours over floor: "
+              f"{seconds / floor_seconds:4.2f}x time, {(rss - floor_rss) * 1024 / lines:6.1f} KB/line{status}")
 
 
 def startup(scratch: Path, runs: int = 10) -> None:
-    small = scratch / "pre_commit.py"
-    small.write_text(CHUNK.read_text())
-    times = [run_child(dpmigrate_check(str(small)))[0] for _ in range(runs)]
-    print(f"## start-up: python -m dpmigrate --check {CHUNK.relative_to(ROOT)} ({small.read_text().count(chr(10))} lines): "
-          f"median {statistics.median(times) * 1000:.0f} ms of {runs} (min {min(times) * 1000:.0f} ms)")
+    """Pre-commit on one file: a small torch training script, and a file that imports no framework."""
+    torch_file = scratch / "pre_commit.py"
+    torch_file.write_text(CHUNK.read_text())
+    other = scratch / "cli_helper.py"
+    other.write_text(NON_ML)
+    for what, path in ((f"{CHUNK.relative_to(ROOT)}", torch_file), ("a file importing no framework", other)):
+        times = [run_child(dpmigrate_check(str(path)))[0] for _ in range(runs)]
+        print(f"## start-up: python -m dpmigrate --check on {what} ({path.read_text().count(chr(10))} lines): "
+              f"median {statistics.median(times) * 1000:.0f} ms of {runs} (min {min(times) * 1000:.0f} ms)")
+    times = [run_child([sys.executable, "-c", "pass"])[0] for _ in range(runs)]
+    print(f"## start-up of the interpreter alone (python -c pass): median {statistics.median(times) * 1000:.0f} ms")
 
 
 def main() -> None:
