@@ -20,23 +20,20 @@ import itertools
 import sys
 
 import libcst
-import libcst.matchers
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper
 
 from ..findings import Conversion, ConversionError, Finding, Options
-from ..frameworks import REGISTRY
+from ..frameworks import REGISTRY, may_use_a_framework
+from . import patterns as m
 from .detect import Detection, detect
 from .index import TreeIndex
 from .plan import apply
 from .query import Query
 from .rule import Context, Rule
 
-_IMPORT_LINE = libcst.matchers.SimpleStatementLine(body=[libcst.matchers.ImportFrom() | libcst.matchers.Import()])
-_IMPORT_OR_FIRST_LINE = _IMPORT_LINE | libcst.matchers.SimpleStatementLine(body=[  # what AddImportsVisitor skips
-    libcst.matchers.Expr(libcst.matchers.SimpleString())
-    | libcst.matchers.Assign(targets=[libcst.matchers.AssignTarget(libcst.matchers.Name("__strict__"))])
+_IMPORT_LINE = m.SimpleStatementLine(body=[m.ImportFrom() | m.Import()])
+_IMPORT_OR_FIRST_LINE = _IMPORT_LINE | m.SimpleStatementLine(body=[  # what AddImportsVisitor skips
+    m.Expr(m.SimpleString()) | m.Assign(targets=[m.AssignTarget(m.Name("__strict__"))])
 ])
 _ALIASES = ("dp", "dpr", "dp_runtime")
 DETECT_RULE = "detect-framework"
@@ -50,7 +47,7 @@ def convert(source: bytes, path: str, options: Options = Options()) -> Conversio
     walks trees recursively) is converted with a higher recursion limit; past what even that allows
     the file is declined with a ConversionError, never a RecursionError traceback.
     """
-    if not any(package.encode() in source for f in REGISTRY.values() for package in f.packages):
+    if not may_use_a_framework(source):
         return Conversion(path=path, original=source, output=source)
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
@@ -155,21 +152,24 @@ def _emit(ctx: Context, source: bytes, path: str) -> bytes:
     Outside the edited statements every byte comes out as it came in, because libcst prints an
     unchanged node as it parsed it. That holds only where libcst reprints the whole original
     file exactly; for the rare file it does not, the conversion is refused rather than risked.
+    The original is printed once (``printing.py``): the output reuses its text for every
+    top-level statement no edit touched.
     """
     new = apply(ctx.module, ctx.plan, ctx.query.index)
     if new is ctx.module:
         return source
-    if ctx.module.bytes != source:
+    printed = ctx.printed
+    if printed.code.encode(ctx.module.encoding) != source:
         raise ConversionError(path, "libcst cannot reprint this file byte for byte, so converting it could change "
                               "code no rule touched; it was left unchanged (please report it with the file)")
     if ctx.plan.needs_runtime_import:
         runtime = ctx.vocabulary.runtime_module
         new = _add_runtime_import(new, runtime, None if ctx.alias == runtime else ctx.alias)
-    output = new.bytes
-    try:
-        libcst.parse_module(output)
-    except libcst.ParserSyntaxError as exc:  # never hand back a file that no longer parses
-        raise ConversionError(path, f"the converted file would not parse ({exc.message}); left unchanged") from exc
+    output = printed.print(new).encode(new.encoding)
+    try:  # never hand back a file that no longer parses (CPython's parser: the one that will run it)
+        ast.parse(output, path)
+    except SyntaxError as exc:
+        raise ConversionError(path, f"the converted file would not parse ({exc.msg}); left unchanged") from exc
     return output
 
 
@@ -182,12 +182,15 @@ def _add_runtime_import(module: libcst.Module, runtime: str, alias: str | None) 
     imports or a docstring stood in for by a ``pass`` with the same leading lines (all it may
     change of them); the statements and the rest of the body are then put back.
     """
+    from libcst.codemod import CodemodContext  # only a file that gets the import loads libcst's codemod package
+    from libcst.codemod.visitors import AddImportsVisitor
+
     body = list(module.body)
     end = 1  # the first statement (a docstring, maybe), then the block of imports, then one more
-    while end < len(body) and libcst.matchers.matches(body[end], _IMPORT_LINE):
+    while end < len(body) and m.matches(body[end], _IMPORT_LINE):
         end += 1
     head = body[: end + 1]
-    stand_ins = {i: s for i, s in enumerate(head) if not libcst.matchers.matches(s, _IMPORT_OR_FIRST_LINE)}
+    stand_ins = {i: s for i, s in enumerate(head) if not m.matches(s, _IMPORT_OR_FIRST_LINE)}
     context = CodemodContext()
     AddImportsVisitor.add_needed_import(context, runtime, asname=alias)
     top = AddImportsVisitor(context).transform_module(module.with_changes(

@@ -3,8 +3,9 @@
 Why: libcst rebuilds every node it walks, even for a read-only visitor, so a walk costs about as
 much as parsing. The rules used to walk the whole module once each, plus a ``m.findall`` walk per
 question (about fifty per file). The index records the nodes once, in the order a visitor meets
-them (pre-order), with where each subtree ends and each node's parent; a question about a subtree
-is then a look-up in a list, answered in the same order ``m.findall`` would give.
+them (pre-order, read from the nodes' fields: see ``walk.py``), with where each subtree ends and
+each node's parent; a question about a subtree is then a look-up in a list, answered in the same
+order libcst's ``m.findall`` would give.
 
 Qualified names come straight from the ``ScopeProvider`` scopes, as ``QualifiedNameProvider``
 computes them, but only for the nodes asked about, each once.
@@ -14,17 +15,18 @@ from __future__ import annotations
 
 import bisect
 import builtins
-import dataclasses
 import functools
 import heapq
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, ScopeProvider
 from libcst.metadata.scope_provider import ImportAssignment
+
+from . import patterns as m
+from .walk import children, walk
 
 
 class TreeIndex:
@@ -33,13 +35,12 @@ class TreeIndex:
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self.wrapper = wrapper
         self.module = wrapper.module
-        builder = _Builder()
-        self.module.visit(builder)
-        self.nodes: list[cst.CSTNode] = builder.nodes
-        self.ends: list[int] = builder.ends  # nodes[i]'s subtree is nodes[i:ends[i]]
-        self._order: dict[int, int] = builder.order  # id(node) -> its index in nodes
-        self._parents: dict[int, cst.CSTNode] = builder.parents
-        self._by_type: dict[type, list[int]] = builder.by_type
+        self.nodes: list[cst.CSTNode]
+        self.ends: list[int]  # nodes[i]'s subtree is nodes[i:ends[i]]
+        self._order: dict[int, int]  # id(node) -> its index in nodes
+        self._parents: dict[int, cst.CSTNode]
+        self._by_type: dict[type, list[int]]
+        self.nodes, self.ends, self._order, self._parents, self._by_type = _build(self.module)
         self._scopes: Any = None
         self._qualified: dict[int, frozenset[str]] = {}
         self._identifiers: frozenset[str] | None = None
@@ -66,12 +67,13 @@ class TreeIndex:
         return start is not None and index is not None and start <= index < self.ends[start]
 
     def findall(self, root: cst.CSTNode, matcher: Any) -> list[cst.CSTNode]:
-        """What ``m.findall(root, matcher)`` returns, in the same order, without walking ``root``."""
+        """The nodes in ``root`` (itself included) that ``matcher`` (a ``patterns`` pattern) matches,
+        in pre-order as libcst's ``m.findall`` gives them, without walking ``root``."""
         start = self._order.get(id(root))
         if start is None or self.nodes[start] is not root:  # not part of this module: walk it
-            return list(m.findall(root, matcher))
-        found = [self.nodes[i] for i in self._indices(_node_types(matcher), start, self.ends[start])]
-        if _matches_any_of_its_types(matcher):
+            return [node for node in walk(root) if m.matches(node, matcher)]
+        found = [self.nodes[i] for i in self._indices(m.node_types(matcher), start, self.ends[start])]
+        if m.constrains_only_type(matcher):
             return found
         return [node for node in found if m.matches(node, matcher)]
 
@@ -251,11 +253,11 @@ class TreeIndex:
             self._import_words = (frozenset(words), frozenset(roots))
         return self._import_words
 
-    def _firsts(self, root: str) -> frozenset[str]:
-        """What a qualified name of a node whose root no import binds can start with."""
+    def _firsts(self, root: str) -> _Firsts:
+        """What a qualified name of a node whose root no import binds can start with (a set to ask ``in``)."""
         if self._defined is None:
             self._defined = frozenset(d.name.value for d in self.of_type(self.module, cst.FunctionDef, cst.ClassDef))
-        return self._defined | _NAMESPACES | {root} | ({"builtins"} if hasattr(builtins, root) else set())
+        return _Firsts(self._defined, root)
 
     def _only_called(self, name: str) -> bool:
         """Every ``Name`` node spelling ``name`` in the file is the callee of a call (so none binds it)."""
@@ -287,6 +289,24 @@ class TreeIndex:
 _SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _NAMESPACES = frozenset({"<locals>", "<comprehension>"})
 _LIBCST_PARTS = frozenset({"builtins", "None"}) | _NAMESPACES
+
+
+class _Firsts:
+    """The file's functions and classes, libcst's namespaces, ``root``, and ``builtins`` for a builtin root.
+
+    Asked with ``in`` once or twice per node: building that union as a set per node made the
+    look-up cost grow with the file, and a conversion quadratic in its length.
+    """
+
+    __slots__ = ("defined", "root")
+
+    def __init__(self, defined: frozenset[str], root: str) -> None:
+        self.defined = defined
+        self.root = root
+
+    def __contains__(self, first: str) -> bool:
+        return (first in self.defined or first in _NAMESPACES or first == self.root
+                or (first == "builtins" and hasattr(builtins, self.root)))
 
 
 def _first(name: str) -> str:
@@ -324,59 +344,33 @@ def _visit_methods(visitor_class: type) -> dict[type, str]:
     return {getattr(cst, n[6:]): n for n in own}
 
 
-def _node_types(matcher: Any) -> tuple[type, ...] | None:
-    """The node classes ``matcher`` can match (None: any), from the matchers' own class names."""
-    if isinstance(matcher, m.OneOf):
-        types: list[type] = []
-        for option in matcher.options:
-            more = _node_types(option)
-            if more is None:
-                return None
-            types.extend(t for t in more if t not in types)
-        return tuple(types)
-    node_class = getattr(cst, type(matcher).__name__, None)
-    if isinstance(matcher, m.BaseMatcherNode) and isinstance(node_class, type) and issubclass(node_class, cst.CSTNode):
-        return (node_class,)
-    return None
-
-
-def _matches_any_of_its_types(matcher: Any) -> bool:
-    """``m.Call()`` or ``m.For() | m.While()``: a matcher that constrains nothing but the node type."""
-    if isinstance(matcher, m.OneOf):
-        return all(_matches_any_of_its_types(option) for option in matcher.options)
-    return isinstance(matcher, m.BaseMatcherNode) and _node_types(matcher) is not None and all(
-        getattr(matcher, field.name) is m.DoNotCare() for field in dataclasses.fields(matcher)
-    )
-
-
-class _Builder(cst.CSTVisitor):
-    """Records nodes in pre-order with parents and subtree ends (one libcst walk)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.nodes: list[cst.CSTNode] = []
-        self.ends: list[int] = []
-        self.order: dict[int, int] = {}
-        self.parents: dict[int, cst.CSTNode] = {}
-        self.by_type: dict[type, list[int]] = {}
-        self._stack: list[int] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        index = len(self.nodes)
-        self.nodes.append(node)
-        self.ends.append(index + 1)
-        self.order[id(node)] = index
-        if self._stack:
-            self.parents[id(node)] = self.nodes[self._stack[-1]]
-        self._stack.append(index)
-        self.by_type.setdefault(type(node), []).append(index)
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.ends[self._stack.pop()] = len(self.nodes)
-
-    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        pass
-
-    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        pass
+def _build(root: cst.CSTNode) -> tuple[list, list, dict, dict, dict]:
+    """(nodes in pre-order, subtree ends, id -> index, id -> parent, type -> indices), in one
+    iterative walk over the nodes' fields (see ``walk.py``: no node is rebuilt, no deep recursion)."""
+    nodes: list[cst.CSTNode] = []
+    ends: list[int] = []
+    order: dict[int, int] = {}
+    parents: dict[int, cst.CSTNode] = {}
+    by_type: dict[type, list[int]] = {}
+    stack: list[Any] = [root]
+    while stack:
+        node = stack.pop()
+        if type(node) is int:  # the marker pushed after a node's children: its subtree ends here
+            ends[node] = len(nodes)
+            continue
+        index = len(nodes)
+        nodes.append(node)
+        ends.append(index + 1)
+        order[id(node)] = index
+        node_type = type(node)
+        indices = by_type.get(node_type)
+        if indices is None:
+            by_type[node_type] = [index]
+        else:
+            indices.append(index)
+        stack.append(index)
+        kids = children(node)
+        for child in reversed(kids):
+            parents[id(child)] = node
+            stack.append(child)
+    return nodes, ends, order, parents, by_type

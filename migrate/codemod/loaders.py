@@ -18,8 +18,8 @@ import dataclasses
 from typing import Literal
 
 import libcst as cst
-import libcst.matchers as m
 
+from . import patterns as m
 from .query import Query
 
 Role = Literal["train", "eval", "unknown"]

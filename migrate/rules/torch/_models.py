@@ -16,8 +16,8 @@ import dataclasses
 from typing import Literal
 
 import libcst as cst
-import libcst.matchers as m
 
+from ...codemod import patterns as m
 from ...codemod.query import (
     Query,
     attribute_held,
