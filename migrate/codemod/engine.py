@@ -16,6 +16,7 @@ why; the rules that only check (rank-divergent code) still run on such files of 
 from __future__ import annotations
 
 import ast
+import gc
 import itertools
 import sys
 
@@ -58,10 +59,11 @@ def convert(source: bytes, path: str, options: Options = Options()) -> Conversio
                               "unchanged (split the deepest expression into a few statements)") from None
     finally:
         sys.setrecursionlimit(limit)
+        gc.unfreeze()  # the tree goes back to the collector (see _parse_outside_the_collector)
 
 
 def _convert(source: bytes, path: str, options: Options) -> Conversion:
-    module = _parse(source, path)
+    module = _parse_outside_the_collector(source, path)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # a fresh tree nobody else holds: no copy
     index = TreeIndex(wrapper)  # one index of the tree and one set of metadata, shared by detection and rules
     detection = detect(wrapper, index)
@@ -83,6 +85,27 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
         path=path, original=source, output=output, findings=tuple(findings),
         framework=detection.framework, generation=detection.generation,
     )
+
+
+def _parse_outside_the_collector(source: bytes, path: str) -> libcst.Module:
+    """The file's tree, built with Python's cyclic collector off and then frozen (left out of collections).
+
+    The collector scans every live object at each full collection, and a file's tree is millions of
+    them (about 40 KB a line): building it, and every allocation after, paid for scanning it again,
+    which made a conversion superlinear in the file's length (with a 20k-line file's tree alive,
+    ``ast.parse`` of that file took 3.1 s; with the tree frozen, 1.1 s). The tree holds no reference
+    cycles (a node only points at its children), so the collector has nothing to find in it; the
+    tree is freed by reference counting as ever, and ``convert`` unfreezes it when it returns.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        module = _parse(source, path)
+    finally:
+        if collecting:
+            gc.enable()
+    gc.freeze()
+    return module
 
 
 def _parse(source: bytes, path: str) -> libcst.Module:
