@@ -122,3 +122,32 @@ def test_patterns_match_as_libcst_matchers_do():
     assert not m.matches(cst.parse_expression("f(k=x)"), m.Call(args=[m.Arg(keyword=None)]))
     with pytest.raises(TypeError, match="unknown or repeated fields"):
         m.Call(nonsense=1)
+
+
+IMPORT_LAYOUTS = {
+    "docstring-then-imports": b'"""Doc."""\nimport os\nimport torch\nx = 1\n',
+    "strict-flag": b"__strict__ = True\nimport torch\n# a comment\nx = 1\n",
+    "comment-first": b"import torch\n# about x\nx = 1\n",
+    "blank-first": b"import torch\n\nx = 1\n",
+    "only-imports": b"import torch\nfrom os import path\n",
+    "code-first": b"x = 1\nimport torch\n",
+    "docstring-only": b'"""Doc."""\n',
+    "future": b'from __future__ import annotations\nimport torch\n',
+}
+# the engine never adds the runtime to a file that imports it already (such a file is left unchanged)
+IMPORT_MODULES = [(n, s) for n, s in MODULES if b"dpmigrate.runtime" not in s] + list(IMPORT_LAYOUTS.items())
+
+
+@pytest.mark.parametrize("alias", ["dp", None])
+@pytest.mark.parametrize("name,source", IMPORT_MODULES, ids=[n for n, _ in IMPORT_MODULES])
+def test_the_runtime_import_goes_where_libcsts_add_imports_visitor_puts_it(name, source, alias):
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor
+
+    from dpmigrate.codemod.imports import add_import
+
+    module = cst.parse_module(source)
+    context = CodemodContext()
+    AddImportsVisitor.add_needed_import(context, "dpmigrate.runtime.torch", asname=alias)
+    expected = AddImportsVisitor(context).transform_module(module.with_changes(default_indent="    "))
+    assert add_import(module, "dpmigrate.runtime.torch", alias).with_changes(default_indent="    ").code == expected.code

@@ -25,17 +25,13 @@ from libcst.metadata import MetadataWrapper
 
 from ..findings import Conversion, ConversionError, Finding, Options
 from ..frameworks import REGISTRY, may_use_a_framework
-from . import patterns as m
 from .detect import Detection, detect
+from .imports import add_import
 from .index import TreeIndex
 from .plan import apply
 from .query import Query
 from .rule import Context, Rule
 
-_IMPORT_LINE = m.SimpleStatementLine(body=[m.ImportFrom() | m.Import()])
-_IMPORT_OR_FIRST_LINE = _IMPORT_LINE | m.SimpleStatementLine(body=[  # what AddImportsVisitor skips
-    m.Expr(m.SimpleString()) | m.Assign(targets=[m.AssignTarget(m.Name("__strict__"))])
-])
 _ALIASES = ("dp", "dpr", "dp_runtime")
 DETECT_RULE = "detect-framework"
 _RECURSION_LIMIT = 30_000  # Python frames; a level of nesting costs libcst about ten
@@ -187,45 +183,13 @@ def _emit(ctx: Context, source: bytes, path: str) -> bytes:
                               "code no rule touched; it was left unchanged (please report it with the file)")
     if ctx.plan.needs_runtime_import:
         runtime = ctx.vocabulary.runtime_module
-        new = _add_runtime_import(new, runtime, None if ctx.alias == runtime else ctx.alias)
+        new = add_import(new, runtime, None if ctx.alias == runtime else ctx.alias)
     output = printed.print(new).encode(new.encoding)
     try:  # never hand back a file that no longer parses (CPython's parser: the one that will run it)
         ast.parse(output, path)
     except SyntaxError as exc:
         raise ConversionError(path, f"the converted file would not parse ({exc.msg}); left unchanged") from exc
     return output
-
-
-def _add_runtime_import(module: libcst.Module, runtime: str, alias: str | None) -> libcst.Module:
-    """``import dpmigrate.runtime.<framework> as dp`` where libcst's ``AddImportsVisitor`` puts it.
-
-    The visitor only reads and changes the module's leading statements (a docstring, the first
-    block of imports, and the statement after it, which may get a blank line before it), yet walks
-    and copies the whole tree twice. It is given just those statements, the ones that are not
-    imports or a docstring stood in for by a ``pass`` with the same leading lines (all it may
-    change of them); the statements and the rest of the body are then put back.
-    """
-    from libcst.codemod import CodemodContext  # only a file that gets the import loads libcst's codemod package
-    from libcst.codemod.visitors import AddImportsVisitor
-
-    body = list(module.body)
-    end = 1  # the first statement (a docstring, maybe), then the block of imports, then one more
-    while end < len(body) and m.matches(body[end], _IMPORT_LINE):
-        end += 1
-    head = body[: end + 1]
-    stand_ins = {i: s for i, s in enumerate(head) if not m.matches(s, _IMPORT_OR_FIRST_LINE)}
-    context = CodemodContext()
-    AddImportsVisitor.add_needed_import(context, runtime, asname=alias)
-    top = AddImportsVisitor(context).transform_module(module.with_changes(
-        body=[libcst.SimpleStatementLine([libcst.Pass()], leading_lines=s.leading_lines) if i in stand_ins else s
-              for i, s in enumerate(head)],
-        default_indent="    ",  # the visitor parses its import with the module's indent, which may hold a form feed
-    )).with_changes(default_indent=module.default_indent)
-    new_head = list(top.body)
-    for i, original in stand_ins.items():  # the visitor only inserts, before these: count from the end
-        position = len(new_head) - (len(head) - i)
-        new_head[position] = original.with_changes(leading_lines=new_head[position].leading_lines)
-    return top.with_changes(body=[*new_head, *body[end + 1:]])
 
 
 def _free_alias(query: Query) -> str:
