@@ -197,7 +197,7 @@ CHILD_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 @functools.cache
-def _fields_of(node_type: type) -> tuple[str, ...] | None:
+def fields_of(node_type: type) -> tuple[str, ...] | None:
     """The child fields of ``node_type`` in visit order; None when the table does not know its class."""
     for klass in node_type.__mro__:
         if "_visit_and_replace_children" in vars(klass):
@@ -205,19 +205,19 @@ def _fields_of(node_type: type) -> tuple[str, ...] | None:
     return None
 
 
-_IS_NODE: dict[type, bool] = {}  # isinstance(x, cst.CSTNode) by type: CSTNode is an ABC, slow to ask per value
+NODE_TYPES: dict[type, bool] = {}  # isinstance(x, cst.CSTNode) by type: CSTNode is an ABC, slow to ask per value
 
 
-def _is_node(value_type: type) -> bool:
-    known = _IS_NODE.get(value_type)
+def is_node_type(value_type: type) -> bool:
+    known = NODE_TYPES.get(value_type)
     if known is None:
-        known = _IS_NODE[value_type] = issubclass(value_type, cst.CSTNode)
+        known = NODE_TYPES[value_type] = issubclass(value_type, cst.CSTNode)
     return known
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """``node.children``, in the same order, read from the fields instead of rebuilding the node."""
-    fields = _fields_of(type(node))
+    fields = fields_of(type(node))
     if fields is None:
         return list(node.children)
     found: list[cst.CSTNode] = []
@@ -225,8 +225,8 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
         value = getattr(node, name)
         value_type = type(value)
         if value_type is list or value_type is tuple:
-            found.extend(v for v in value if _is_node(type(v)))
-        elif _is_node(value_type):
+            found.extend(v for v in value if is_node_type(type(v)))
+        elif is_node_type(value_type):
             found.append(value)
     return found
 
