@@ -13,6 +13,7 @@ computes them, but only for the nodes asked about, each once.
 
 from __future__ import annotations
 
+import array
 import bisect
 import builtins
 import functools
@@ -26,7 +27,7 @@ from libcst.metadata import MetadataWrapper, ScopeProvider
 from libcst.metadata.scope_provider import ImportAssignment
 
 from . import patterns as m
-from .walk import NODE_TYPES, children, fields_of, is_node_type, walk
+from .walk import index_tree, walk
 
 
 class TreeIndex:
@@ -36,11 +37,11 @@ class TreeIndex:
         self.wrapper = wrapper
         self.module = wrapper.module
         self.nodes: list[cst.CSTNode]
-        self.ends: list[int]  # nodes[i]'s subtree is nodes[i:ends[i]]
+        self.ends: array.array  # nodes[i]'s subtree is nodes[i:ends[i]]
         self._order: dict[int, int]  # id(node) -> its index in nodes
-        self._parents: dict[int, cst.CSTNode]
-        self._by_type: dict[type, list[int]]
-        self.nodes, self.ends, self._order, self._parents, self._by_type = _build(self.module)
+        self._parent_indices: array.array  # nodes[i]'s parent is nodes[_parent_indices[i]] (-1: none)
+        self._by_type: dict[type, array.array]
+        self.nodes, self.ends, self._order, self._parent_indices, self._by_type = index_tree(self.module)
         self._scopes: Any = None
         self._qualified: dict[int, frozenset[str]] = {}
         self._identifiers: frozenset[str] | None = None
@@ -53,13 +54,17 @@ class TreeIndex:
     # --- structure --------------------------------------------------------------------------------
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self._parents.get(id(node))
+        index = self._order.get(id(node))
+        if index is None or self.nodes[index] is not node:
+            return None
+        parent = self._parent_indices[index]
+        return self.nodes[parent] if parent >= 0 else None
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        node = self._parents.get(id(node))
+        node = self.parent(node)
         while node is not None:
             yield node
-            node = self._parents.get(id(node))
+            node = self.parent(node)
 
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         """True when ``inner`` is ``outer`` or inside it (both nodes of the indexed module)."""
@@ -181,7 +186,7 @@ class TreeIndex:
             for name in self.of_type(self.module, cst.Name):
                 if name.value not in bound or name.value in rejected:
                     continue
-                parent = self._parents.get(id(name))
+                parent = self.parent(name)
                 if isinstance(parent, cst.ImportAlias | cst.AsName) and self._in_import_binding(name, parent):
                     continue
                 if ((isinstance(parent, cst.Attribute) and parent.attr is name)  # ``x.nn`` neither binds nor reads ``nn``
@@ -195,7 +200,7 @@ class TreeIndex:
 
     def _is_use(self, name: cst.CSTNode) -> bool:
         """``name`` is read as a callee, an argument or the object of an attribute (none binds a name)."""
-        parent = self._parents.get(id(name))
+        parent = self.parent(name)
         return ((isinstance(parent, cst.Call) and parent.func is name)
                 or (isinstance(parent, cst.Attribute) and parent.value is name)
                 or (isinstance(parent, cst.Arg) and parent.value is name))
@@ -203,7 +208,7 @@ class TreeIndex:
     def _in_import_binding(self, name: cst.Name, parent: cst.ImportAlias | cst.AsName) -> bool:
         """``name`` is what an import alias binds (``import torch``, ``... as tnn``)."""
         if isinstance(parent, cst.AsName):
-            return isinstance(self._parents.get(id(parent)), cst.ImportAlias)
+            return isinstance(self.parent(parent), cst.ImportAlias)
         return parent.asname is None and parent.name is name
 
     def may_start_with(self, node: cst.CSTNode, prefix: str) -> bool:
@@ -265,7 +270,7 @@ class TreeIndex:
             written: set[str] = set()
             called: set[str] = set()
             for node in self.of_type(self.module, cst.Name):
-                parent = self._parents.get(id(node))
+                parent = self.parent(node)
                 (called if isinstance(parent, cst.Call) and parent.func is node else written).add(node.value)
             self._called_only = frozenset(called - written)
         return name in self._called_only
@@ -345,53 +350,3 @@ def _visit_methods(visitor_class: type) -> dict[type, str]:
             "(only visit_<Type>); walk the tree with node.visit(visitor) instead"
         )
     return {getattr(cst, n[6:]): n for n in own}
-
-
-def _build(root: cst.CSTNode) -> tuple[list, list, dict, dict, dict]:
-    """(nodes in pre-order, subtree ends, id -> index, id -> parent, type -> indices), in one
-    iterative walk over the nodes' fields (see ``walk.py``: no node is rebuilt, no deep recursion).
-
-    ``walk.children`` inlined, with its look-ups bound to locals: this loop runs once per node
-    (a million for a 25k-line file)."""
-    nodes: list[cst.CSTNode] = []
-    ends: list[int] = []
-    order: dict[int, int] = {}
-    parents: dict[int, cst.CSTNode] = {}
-    by_type: dict[type, list[int]] = {}
-    fields_by_type: dict[type, tuple[str, ...] | None] = {}
-    is_node = NODE_TYPES
-    stack: list[Any] = [root]
-    pop, push = stack.pop, stack.append
-    while stack:
-        node = pop()
-        node_type = type(node)
-        if node_type is int:  # the marker pushed after a node's children: its subtree ends here
-            ends[node] = len(nodes)
-            continue
-        index = len(nodes)
-        nodes.append(node)
-        ends.append(index + 1)
-        order[id(node)] = index
-        indices = by_type.get(node_type)
-        if indices is None:
-            by_type[node_type] = [index]
-            fields_by_type[node_type] = fields_of(node_type)
-        else:
-            indices.append(index)
-        push(index)
-        fields = fields_by_type[node_type]
-        if fields is None:
-            kids = children(node)
-        else:
-            kids = []
-            for name in fields:
-                value = getattr(node, name)
-                value_type = type(value)
-                if value_type is list or value_type is tuple:
-                    kids.extend(v for v in value if is_node.get(type(v)) or is_node_type(type(v)))
-                elif is_node.get(value_type) or is_node_type(value_type):
-                    kids.append(value)
-        for child in reversed(kids):
-            parents[id(child)] = node
-            push(child)
-    return nodes, ends, order, parents, by_type
