@@ -6,7 +6,7 @@ the visitor walks and copies the module. For the one import the engine adds (a p
 never already there: a file importing the runtime is not converted), the visitor's placement is
 these few steps of its ``_split_module``, ``_skip_first`` and ``_insert_empty_line``: after a first
 docstring or ``__strict__`` flag, after the block of imports that follows, and with a blank line
-before the next statement if it has none. ``tests/test_walk_and_printing.py`` checks it against the
+before the next statement if it has none. ``tests/test_engine_fast_paths.py`` checks it against the
 visitor on every fixture and on layouts the fixtures lack.
 """
 

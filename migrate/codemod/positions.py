@@ -4,7 +4,7 @@ Why: ``PositionProvider`` prints the whole module once, recording a range for ev
 a file's findings are a few nodes. :class:`Positions` prints just the top-level statement that
 holds the node, with libcst's own position-tracking state started where that statement begins in
 the file (from :class:`~.printing.ModulePrint`), so a range is exactly what ``PositionProvider``
-gives (``tests/test_printing.py`` compares every node of every fixture). ``start_of`` answers for
+gives (``tests/test_engine_fast_paths.py`` compares every node of every fixture). ``start_of`` answers for
 one node without any of that: it prints the module up to that node and stops (detection asks for
 one import, usually near the top).
 """

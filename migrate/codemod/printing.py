@@ -6,7 +6,7 @@ original is printed once, remembering which tokens each top-level statement prod
 reuses those tokens for every top-level statement the plan left as it was (the same node object,
 so the same text) and prints only the new or edited ones; positions (``positions.py``) start
 from where each statement's tokens begin. The result is ``Module.code`` exactly: this follows
-``Module._codegen_impl`` step by step (``tests/test_printing.py`` checks both over every fixture).
+``Module._codegen_impl`` step by step (``tests/test_engine_fast_paths.py`` checks both over every fixture).
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""The engine's own tree walk, printing and positions give exactly what libcst's would, on every fixture.
+"""The engine's fast stand-ins for libcst machinery give exactly what libcst's own would.
 
-``walk.py`` reads children from a table of libcst's field order, ``printing.py`` follows
-``Module._codegen_impl`` and reuses unchanged statements' text, ``positions.py`` prints one
-top-level statement at a time: each is checked here against libcst itself (its visitor order, its
-``Module.code``, its ``PositionProvider``) over every Python file under ``fixtures/``, plus a few
-layouts fixtures lack (no trailing newline, comment-only files, CRLF, a form feed).
+For speed (issue 7), ``walk.py`` reads children from a table of libcst's field order,
+``printing.py`` follows ``Module._codegen_impl`` and reuses unchanged statements' text,
+``positions.py`` prints one top-level statement at a time, ``patterns.py`` replaces
+``libcst.matchers`` and ``imports.py`` its ``AddImportsVisitor``: each is checked here against
+libcst itself (its visitor order, ``Module.code``, ``PositionProvider``, matchers, visitor) over
+every Python file under ``fixtures/`` plus layouts the fixtures lack (no trailing newline,
+comment-only files, CRLF, a form feed); and what a pre-commit run imports is checked too.
 """
 
 from __future__ import annotations
@@ -151,3 +153,27 @@ def test_the_runtime_import_goes_where_libcsts_add_imports_visitor_puts_it(name,
     AddImportsVisitor.add_needed_import(context, "dpmigrate.runtime.torch", asname=alias)
     expected = AddImportsVisitor(context).transform_module(module.with_changes(default_indent="    "))
     assert add_import(module, "dpmigrate.runtime.torch", alias).with_changes(default_indent="    ").code == expected.code
+
+
+def _modules_loaded_by_a_check_of(tmp_path, source: str) -> set[str]:
+    import subprocess
+    import sys
+
+    path = tmp_path / "script.py"
+    path.write_text(source)
+    probe = ("import sys\nfrom dpmigrate.cli import main\ncode = main(['--check', sys.argv[1]])\n"
+             "print(' '.join(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True)
+    return set(done.stdout.split())
+
+
+def test_a_check_of_a_file_naming_no_framework_never_loads_libcst(tmp_path):
+    loaded = _modules_loaded_by_a_check_of(tmp_path, "import argparse\nprint(argparse.ArgumentParser())\n")
+    assert "dpmigrate.cli" in loaded and not {m for m in loaded if m.startswith("libcst")}
+
+
+def test_converting_a_training_script_loads_neither_libcst_matchers_nor_its_codemod_package(tmp_path):
+    source = (FIXTURES / "torch" / "mnist" / "before.py").read_text()
+    loaded = _modules_loaded_by_a_check_of(tmp_path, source)
+    assert "libcst" in loaded and "dpmigrate.codemod.engine" in loaded
+    assert not {m for m in loaded if m.startswith(("libcst.matchers", "libcst.codemod"))}
