@@ -51,4 +51,4 @@ FRAMEWORK_OF_PACKAGE = {p: f.name for f in REGISTRY.values() for p in f.packages
 def may_use_a_framework(source: bytes) -> bool:
     """False when no framework's package name appears anywhere in ``source``: such a file cannot import
     one, so it is returned unchanged without parsing it (nor loading libcst, for a pre-commit run)."""
-    return any(package.encode() in source for package in FRAMEWORK_OF_PACKAGE)
+    return any(package.encode() in source for framework in REGISTRY.values() for package in framework.packages)
