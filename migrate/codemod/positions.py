@@ -48,7 +48,8 @@ def start_of(module: cst.Module, node: cst.CSTNode) -> tuple[int, int]:
     state.target = node
     try:
         module._codegen(state)
-    except (_Reached, KeyError):  # unwinding, an enclosing node may miss the range of a child never printed
+    except (_Reached, KeyError) as exc:  # unwinding, an enclosing node may miss the range of a child never printed
+        _raise_interrupt_behind(exc)
         if not state.reached:
             raise
     if state.reached:
@@ -88,4 +89,23 @@ class Positions:
             default_indent=module.default_indent, default_newline=module.default_newline, provider=self._ranges,
         )
         state.line, state.column = start
-        top._codegen(state)
+        try:
+            top._codegen(state)
+        except KeyError as exc:
+            _raise_interrupt_behind(exc)
+            raise
+
+
+def _raise_interrupt_behind(exc: BaseException) -> None:
+    """Raise the interrupt (Ctrl-C, ``kill``: not an ``Exception``) that ``exc`` replaced, if any.
+
+    libcst's position state looks up the ranges of a node's children in a ``finally``: a signal
+    raised mid-print (the CLI turns SIGINT into ``Interrupted``) left a child without a range, and
+    the ``KeyError`` from that ``finally`` replaced the interrupt, which then reached the engine as a
+    rule's bug and the run went on (``tests/test_cli_signals.py``, serial Ctrl-C, about 1 run in 7).
+    """
+    context = exc.__context__
+    while context is not None:
+        if not isinstance(context, Exception):
+            raise context.with_traceback(context.__traceback__) from None
+        context = context.__context__
