@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection, wait
 
 from .files import NotText, Source, check_text, kind_of
 from .findings import Conversion, ConversionError, Options
+from .frameworks import may_use_a_framework
 from .notebooks import is_notebook
 from .report import Failure
 from .stopping import worker_init
@@ -77,8 +78,6 @@ def convert_source(source: bytes, path: str, options: Options) -> Outcome:
     """Convert the bytes of one script (or notebook), shown to the user as ``path``."""
     try:
         encoding = check_text(source)
-        from .codemod.engine import convert  # libcst is loaded by the first file, never by --help
-
         if is_notebook(path):
             from .notebooks import convert_notebook
 
@@ -92,6 +91,19 @@ def convert_source(source: bytes, path: str, options: Options) -> Outcome:
         return Outcome(path, failure=Failure(
             "dpmigrate failed on this file (a bug: please report it with the file and this traceback); "
             "the file was left as it was\n" + traceback.format_exc()))
+
+
+def convert(source: bytes, path: str, options: Options) -> Conversion:
+    """The engine's conversion; a file naming no framework is returned as it is without loading the engine.
+
+    libcst and the engine take about a quarter of a second to import: a pre-commit run on files
+    that are not training code (most of them) never pays it, and ``--help`` never does.
+    """
+    if not may_use_a_framework(source):
+        return Conversion(path=path, original=source, output=source)
+    from .codemod.engine import convert as engine_convert
+
+    return engine_convert(source, path, options)
 
 
 def convert_all(sources: Sequence[Source], options: Options, jobs: int) -> Iterator[Outcome]:

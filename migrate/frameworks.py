@@ -46,3 +46,9 @@ def framework_of_package(package: str) -> str | None:
 
 
 FRAMEWORK_OF_PACKAGE = {p: f.name for f in REGISTRY.values() for p in f.packages}  # the launcher's view
+
+
+def may_use_a_framework(source: bytes) -> bool:
+    """False when no framework's package name appears anywhere in ``source``: such a file cannot import
+    one, so it is returned unchanged without parsing it (nor loading libcst, for a pre-commit run)."""
+    return any(package.encode() in source for framework in REGISTRY.values() for package in framework.packages)

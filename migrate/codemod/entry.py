@@ -12,8 +12,8 @@ calls, have none: importing them must not start the runtime (every ``dp`` call s
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
+from . import patterns as m
 from .query import is_main_guard
 
 PARSE_ARGS = m.Call(func=m.Attribute(attr=m.Name("parse_args") | m.Name("parse_known_args")))

@@ -3,8 +3,9 @@
 Why: libcst rebuilds every node it walks, even for a read-only visitor, so a walk costs about as
 much as parsing. The rules used to walk the whole module once each, plus a ``m.findall`` walk per
 question (about fifty per file). The index records the nodes once, in the order a visitor meets
-them (pre-order), with where each subtree ends and each node's parent; a question about a subtree
-is then a look-up in a list, answered in the same order ``m.findall`` would give.
+them (pre-order, read from the nodes' fields: see ``walk.py``), with where each subtree ends and
+each node's parent; a question about a subtree is then a look-up in a list, answered in the same
+order libcst's ``m.findall`` would give.
 
 Qualified names come straight from the ``ScopeProvider`` scopes, as ``QualifiedNameProvider``
 computes them, but only for the nodes asked about, each once.
@@ -12,19 +13,21 @@ computes them, but only for the nodes asked about, each once.
 
 from __future__ import annotations
 
+import array
 import bisect
 import builtins
-import dataclasses
 import functools
 import heapq
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, ScopeProvider
 from libcst.metadata.scope_provider import ImportAssignment
+
+from . import patterns as m
+from .walk import index_tree, walk
 
 
 class TreeIndex:
@@ -33,13 +36,12 @@ class TreeIndex:
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self.wrapper = wrapper
         self.module = wrapper.module
-        builder = _Builder()
-        self.module.visit(builder)
-        self.nodes: list[cst.CSTNode] = builder.nodes
-        self.ends: list[int] = builder.ends  # nodes[i]'s subtree is nodes[i:ends[i]]
-        self._order: dict[int, int] = builder.order  # id(node) -> its index in nodes
-        self._parents: dict[int, cst.CSTNode] = builder.parents
-        self._by_type: dict[type, list[int]] = builder.by_type
+        self.nodes: list[cst.CSTNode]
+        self.ends: array.array  # nodes[i]'s subtree is nodes[i:ends[i]]
+        self._order: dict[int, int]  # id(node) -> its index in nodes
+        self._parent_indices: array.array  # nodes[i]'s parent is nodes[_parent_indices[i]] (-1: none)
+        self._by_type: dict[type, array.array]
+        self.nodes, self.ends, self._order, self._parent_indices, self._by_type = index_tree(self.module)
         self._scopes: Any = None
         self._qualified: dict[int, frozenset[str]] = {}
         self._identifiers: frozenset[str] | None = None
@@ -52,13 +54,17 @@ class TreeIndex:
     # --- structure --------------------------------------------------------------------------------
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self._parents.get(id(node))
+        index = self._order.get(id(node))
+        if index is None or self.nodes[index] is not node:
+            return None
+        parent = self._parent_indices[index]
+        return self.nodes[parent] if parent >= 0 else None
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        node = self._parents.get(id(node))
+        node = self.parent(node)
         while node is not None:
             yield node
-            node = self._parents.get(id(node))
+            node = self.parent(node)
 
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         """True when ``inner`` is ``outer`` or inside it (both nodes of the indexed module)."""
@@ -66,12 +72,13 @@ class TreeIndex:
         return start is not None and index is not None and start <= index < self.ends[start]
 
     def findall(self, root: cst.CSTNode, matcher: Any) -> list[cst.CSTNode]:
-        """What ``m.findall(root, matcher)`` returns, in the same order, without walking ``root``."""
+        """The nodes in ``root`` (itself included) that ``matcher`` (a ``patterns`` pattern) matches,
+        in pre-order as libcst's ``m.findall`` gives them, without walking ``root``."""
         start = self._order.get(id(root))
         if start is None or self.nodes[start] is not root:  # not part of this module: walk it
-            return list(m.findall(root, matcher))
-        found = [self.nodes[i] for i in self._indices(_node_types(matcher), start, self.ends[start])]
-        if _matches_any_of_its_types(matcher):
+            return [node for node in walk(root) if m.matches(node, matcher)]
+        found = [self.nodes[i] for i in self._indices(m.node_types(matcher), start, self.ends[start])]
+        if m.constrains_only_type(matcher):
             return found
         return [node for node in found if m.matches(node, matcher)]
 
@@ -179,7 +186,7 @@ class TreeIndex:
             for name in self.of_type(self.module, cst.Name):
                 if name.value not in bound or name.value in rejected:
                     continue
-                parent = self._parents.get(id(name))
+                parent = self.parent(name)
                 if isinstance(parent, cst.ImportAlias | cst.AsName) and self._in_import_binding(name, parent):
                     continue
                 if ((isinstance(parent, cst.Attribute) and parent.attr is name)  # ``x.nn`` neither binds nor reads ``nn``
@@ -193,7 +200,7 @@ class TreeIndex:
 
     def _is_use(self, name: cst.CSTNode) -> bool:
         """``name`` is read as a callee, an argument or the object of an attribute (none binds a name)."""
-        parent = self._parents.get(id(name))
+        parent = self.parent(name)
         return ((isinstance(parent, cst.Call) and parent.func is name)
                 or (isinstance(parent, cst.Attribute) and parent.value is name)
                 or (isinstance(parent, cst.Arg) and parent.value is name))
@@ -201,7 +208,7 @@ class TreeIndex:
     def _in_import_binding(self, name: cst.Name, parent: cst.ImportAlias | cst.AsName) -> bool:
         """``name`` is what an import alias binds (``import torch``, ``... as tnn``)."""
         if isinstance(parent, cst.AsName):
-            return isinstance(self._parents.get(id(parent)), cst.ImportAlias)
+            return isinstance(self.parent(parent), cst.ImportAlias)
         return parent.asname is None and parent.name is name
 
     def may_start_with(self, node: cst.CSTNode, prefix: str) -> bool:
@@ -251,11 +258,11 @@ class TreeIndex:
             self._import_words = (frozenset(words), frozenset(roots))
         return self._import_words
 
-    def _firsts(self, root: str) -> frozenset[str]:
-        """What a qualified name of a node whose root no import binds can start with."""
+    def _firsts(self, root: str) -> _Firsts:
+        """What a qualified name of a node whose root no import binds can start with (a set to ask ``in``)."""
         if self._defined is None:
             self._defined = frozenset(d.name.value for d in self.of_type(self.module, cst.FunctionDef, cst.ClassDef))
-        return self._defined | _NAMESPACES | {root} | ({"builtins"} if hasattr(builtins, root) else set())
+        return _Firsts(self._defined, root)
 
     def _only_called(self, name: str) -> bool:
         """Every ``Name`` node spelling ``name`` in the file is the callee of a call (so none binds it)."""
@@ -263,7 +270,7 @@ class TreeIndex:
             written: set[str] = set()
             called: set[str] = set()
             for node in self.of_type(self.module, cst.Name):
-                parent = self._parents.get(id(node))
+                parent = self.parent(node)
                 (called if isinstance(parent, cst.Call) and parent.func is node else written).add(node.value)
             self._called_only = frozenset(called - written)
         return name in self._called_only
@@ -287,6 +294,24 @@ class TreeIndex:
 _SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _NAMESPACES = frozenset({"<locals>", "<comprehension>"})
 _LIBCST_PARTS = frozenset({"builtins", "None"}) | _NAMESPACES
+
+
+class _Firsts:
+    """The file's functions and classes, libcst's namespaces, ``root``, and ``builtins`` for a builtin root.
+
+    Asked with ``in`` once or twice per node: building that union as a set per node made the
+    look-up cost grow with the file, and a conversion quadratic in its length.
+    """
+
+    __slots__ = ("defined", "root")
+
+    def __init__(self, defined: frozenset[str], root: str) -> None:
+        self.defined = defined
+        self.root = root
+
+    def __contains__(self, first: str) -> bool:
+        return (first in self.defined or first in _NAMESPACES or first == self.root
+                or (first == "builtins" and hasattr(builtins, self.root)))
 
 
 def _first(name: str) -> str:
@@ -313,8 +338,11 @@ def _full_name(node: cst.CSTNode) -> str | None:
 @functools.cache
 def _visit_methods(visitor_class: type) -> dict[type, str]:
     """``{cst.Call: "visit_Call"}`` for the methods ``visitor_class`` defines (not CSTVisitor's stubs)."""
-    own = [n for n in dir(visitor_class) if n.startswith(("visit_", "leave_"))
-           and getattr(visitor_class, n) is not getattr(cst.CSTVisitor, n, None)]
+    own = []  # read from the classes' own dicts: dir() lists CSTVisitor's thousand stubs, 2 ms a class
+    for klass in visitor_class.__mro__:
+        if klass is cst.CSTVisitor or not issubclass(klass, cst.CSTVisitor):
+            break
+        own.extend(n for n in vars(klass) if n.startswith(("visit_", "leave_")) and n not in own)
     unsupported = [n for n in own if n.startswith("leave_") or not isinstance(getattr(cst, n[6:], None), type)]
     if unsupported:
         raise TypeError(
@@ -322,61 +350,3 @@ def _visit_methods(visitor_class: type) -> dict[type, str]:
             "(only visit_<Type>); walk the tree with node.visit(visitor) instead"
         )
     return {getattr(cst, n[6:]): n for n in own}
-
-
-def _node_types(matcher: Any) -> tuple[type, ...] | None:
-    """The node classes ``matcher`` can match (None: any), from the matchers' own class names."""
-    if isinstance(matcher, m.OneOf):
-        types: list[type] = []
-        for option in matcher.options:
-            more = _node_types(option)
-            if more is None:
-                return None
-            types.extend(t for t in more if t not in types)
-        return tuple(types)
-    node_class = getattr(cst, type(matcher).__name__, None)
-    if isinstance(matcher, m.BaseMatcherNode) and isinstance(node_class, type) and issubclass(node_class, cst.CSTNode):
-        return (node_class,)
-    return None
-
-
-def _matches_any_of_its_types(matcher: Any) -> bool:
-    """``m.Call()`` or ``m.For() | m.While()``: a matcher that constrains nothing but the node type."""
-    if isinstance(matcher, m.OneOf):
-        return all(_matches_any_of_its_types(option) for option in matcher.options)
-    return isinstance(matcher, m.BaseMatcherNode) and _node_types(matcher) is not None and all(
-        getattr(matcher, field.name) is m.DoNotCare() for field in dataclasses.fields(matcher)
-    )
-
-
-class _Builder(cst.CSTVisitor):
-    """Records nodes in pre-order with parents and subtree ends (one libcst walk)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.nodes: list[cst.CSTNode] = []
-        self.ends: list[int] = []
-        self.order: dict[int, int] = {}
-        self.parents: dict[int, cst.CSTNode] = {}
-        self.by_type: dict[type, list[int]] = {}
-        self._stack: list[int] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        index = len(self.nodes)
-        self.nodes.append(node)
-        self.ends.append(index + 1)
-        self.order[id(node)] = index
-        if self._stack:
-            self.parents[id(node)] = self.nodes[self._stack[-1]]
-        self._stack.append(index)
-        self.by_type.setdefault(type(node), []).append(index)
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.ends[self._stack.pop()] = len(self.nodes)
-
-    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        pass
-
-    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        pass

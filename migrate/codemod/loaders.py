@@ -18,8 +18,8 @@ import dataclasses
 from typing import Literal
 
 import libcst as cst
-import libcst.matchers as m
 
+from . import patterns as m
 from .flow import attribute_assigned_from, callers, method, module_classes, parameter_for, receiver, returned_at, self_attribute
 from .query import Query, body_statements
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 import libcst as cst
-import libcst.matchers as m
 from libcst.metadata import MetadataWrapper
 
+from . import patterns as m
 from .index import TreeIndex
 from .vocabulary import Vocabulary, matches
 

@@ -12,8 +12,8 @@ collectives come from its vocabulary; the words and launcher variables are the s
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
+from . import patterns as m
 from .query import Query
 
 RANK_WORDS = {

@@ -14,10 +14,12 @@ import dataclasses
 from typing import Any, ClassVar, TypeVar
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import MetadataWrapper
 
 from ..findings import Finding, Options, Severity
 from .plan import Plan
+from .positions import Positions
+from .printing import ModulePrint
 from .query import Query
 from .vocabulary import Vocabulary
 
@@ -36,6 +38,8 @@ class Context:
     plan: Plan = dataclasses.field(default_factory=Plan)
     findings: list[Finding] = dataclasses.field(default_factory=list)
     _analyses: dict[type, Any] = dataclasses.field(default_factory=dict)
+    _printed: ModulePrint | None = None
+    _positions: Positions | None = None
 
     @property
     def module(self) -> cst.Module:
@@ -44,6 +48,20 @@ class Context:
     @property
     def vocabulary(self) -> Vocabulary:
         return self.query.vocabulary
+
+    @property
+    def printed(self) -> ModulePrint:
+        """The original module printed once (for the output, the reprint check and positions)."""
+        if self._printed is None:
+            self._printed = ModulePrint(self.module)
+        return self._printed
+
+    @property
+    def positions(self) -> Positions:
+        """``positions[node]``: the node's ``CodeRange`` in the input, as ``PositionProvider`` gives it."""
+        if self._positions is None:
+            self._positions = Positions(self.wrapper, self.query.index, self.printed)
+        return self._positions
 
     def analysis(self, kind: type[AnalysisT]) -> AnalysisT:
         """The file's one instance of an analysis class (built from the context on first use)."""
@@ -84,7 +102,7 @@ class Rule(cst.CSTVisitor):
     # --- reporting --------------------------------------------------------------------------------
 
     def report(self, node: cst.CSTNode, severity: Severity, message: str, fix: str | None = None) -> None:
-        start = self.ctx.wrapper.resolve(PositionProvider)[node].start
+        start = self.ctx.positions[node].start
         self.ctx.findings.append(
             Finding(self.ctx.path, start.line, start.column + 1, self.name, severity, message, fix)
         )

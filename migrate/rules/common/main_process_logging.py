@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import libcst.matchers as m
-
+from ...codemod import patterns as m
 from ...codemod.entry import EntryPoint
 from ...codemod.rule import Rule
 

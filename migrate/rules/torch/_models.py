@@ -16,8 +16,8 @@ import dataclasses
 from typing import Literal
 
 import libcst as cst
-import libcst.matchers as m
 
+from ...codemod import patterns as m
 from ...codemod.flow import attribute_assigned_from, method, parameter_for, receiver, returned_at
 from ...codemod.query import (
     Query,

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.metadata import PositionProvider
 
+from ...codemod import patterns as m
 from ...codemod.loaders import Loader, LoaderFlow, Loop
 from ...codemod.rule import Rule
 
@@ -130,7 +129,7 @@ class EvaluationLoader(Rule):
         return sums, None
 
     def _names_after(self, loop: Loop) -> list[cst.Name]:
-        positions = self.ctx.wrapper.resolve(PositionProvider)
+        positions = self.ctx.positions
         end = positions[loop.node].end
         return [
             n for n in self.q.findall(loop.scope, m.Name())
@@ -138,7 +137,7 @@ class EvaluationLoader(Rule):
         ]
 
     def _divides_by_batches(self, loop: Loop) -> bool:
-        positions = self.ctx.wrapper.resolve(PositionProvider)
+        positions = self.ctx.positions
         end = positions[loop.node].end
         pattern = m.Call(func=m.Name("len"), args=[m.Arg(m.Name(loop.variable) | m.Attribute(
             value=m.Name(loop.variable), attr=m.Name("sampler") | m.Name("batch_sampler")))])

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
+from ...codemod import patterns as m
 from ...codemod.rule import Rule
 
 _CUDA_AVAILABLE = "torch.cuda.is_available"

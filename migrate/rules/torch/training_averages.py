@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import libcst.matchers as m
-from libcst.metadata import PositionProvider
-
+from ...codemod import patterns as m
 from ...codemod.loaders import LoaderFlow
 from ...codemod.rule import Rule
 
@@ -42,7 +40,7 @@ class TrainingAverages(Rule):
                                 f"divided by len({loop.variable}.dataset), the whole dataset")
 
     def _averaged_sums(self, loop) -> list[str]:
-        positions = self.ctx.wrapper.resolve(PositionProvider)
+        positions = self.ctx.positions
         end = positions[loop.node].end
         dataset_len = m.Call(func=m.Name("len"), args=[m.Arg(m.Attribute(
             value=m.Name(loop.variable), attr=m.Name("dataset")))])
