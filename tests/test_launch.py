@@ -165,11 +165,14 @@ def test_several_nodes_use_static_rendezvous_at_the_master_with_the_shared_run_i
                            "--run-id", RUN_ID, "--log-dir", str(tmp_path / "logs"), str(script), "--lr", "1")
     assert list(processes) == ["torchrun"]
     env, command = processes["torchrun"]
-    assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    # torchrun, with dpmigrate's static rendezvous registered (node 0's store on one address, a start timeout)
+    assert command[:3] == [sys.executable, "-m", "dpmigrate.launch.torch_rendezvous"]
     assert "--standalone" not in command
-    assert [flag(command, f) for f in ("--rdzv-backend", "--rdzv-id", "--nnodes", "--node-rank", "--master-addr",
-                                       "--master-port", "--nproc-per-node", "--max-restarts")] == \
-        ["static", RUN_ID, "3", "2", "node0", "29511", "4", "0"]
+    assert [flag(command, f) for f in ("--rdzv-backend", "--rdzv-id", "--nnodes", "--rdzv-endpoint",
+                                       "--nproc-per-node", "--max-restarts")] == \
+        ["dpmigrate-static", RUN_ID, "3", "node0:29511", "4", "0"]
+    conf = dict(item.split("=") for item in flag(command, "--rdzv-conf").split(","))
+    assert (conf["rank"], conf["start_timeout"], conf["nproc"]) == ("2", "60", "4")
     assert float(flag(command, "--monitor-interval")) <= 0.5
     # each rank runs under the wrapper that records its exit status; the script and its arguments last
     assert command[command.index("--module"):] == [
@@ -181,7 +184,7 @@ def test_ipv6_master_is_given_without_brackets(tmp_path, capsys):
     script = write_script(tmp_path, "")
     command = dry_run(capsys, "-n", "1", "--nnodes", "2", "--master", "[::1]:29500", "--run-id", RUN_ID,
                       str(script))[1]["torchrun"][1]
-    assert (flag(command, "--master-addr"), flag(command, "--master-port")) == ("::1", "29500")
+    assert flag(command, "--rdzv-endpoint") == "[::1]:29500"
 
 
 def test_one_node_with_a_master_gets_a_fresh_random_run_id(tmp_path, capsys):

@@ -37,6 +37,7 @@ import importlib.util
 import re
 import sys
 
+from . import torch_rendezvous
 from .backend import LOOPBACK_PORT, Job, Plan, Process
 
 PREFIX_TEMPLATE = "[rank${rank}] "
@@ -88,18 +89,24 @@ def _one_node(job: Job) -> Plan:
 def _torchrun(job: Job) -> Plan:
     host, port = job.master
     status_dir = job.log_dir / "rank-status"
+    network = job.network
+    bind = network.master_ip if network else host  # node 0's store: on the master address only
+    endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    conf = f"rank={job.node_rank},bind={bind},start_timeout={job.start_timeout_s:g},nproc={job.nproc_per_node}"
+    local_addr = ("--local-addr", network.local_ip) if network else ()
     argv = (
-        sys.executable, "-m", "torch.distributed.run",
-        "--rdzv-backend", "static", "--rdzv-id", job.run_id, "--nnodes", str(job.nnodes),
-        "--node-rank", str(job.node_rank), "--master-addr", host, "--master-port", str(port),
+        sys.executable, "-m", "dpmigrate.launch.torch_rendezvous",
+        "--rdzv-backend", torch_rendezvous.BACKEND_NAME, "--rdzv-id", job.run_id, "--nnodes", str(job.nnodes),
+        "--rdzv-endpoint", endpoint, "--rdzv-conf", conf, *local_addr,
         "--nproc-per-node", str(job.nproc_per_node), "--max-restarts", "0",
         "--monitor-interval", str(MONITOR_INTERVAL_S), "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
         "--log-dir", str(job.log_dir / "torchrun"), "--tee", "3",
         "--module", "dpmigrate.launch.rank_status", str(status_dir), str(job.script), *job.script_args,
     )
-    torchrun = Process("torchrun", argv, {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": PREFIX_TEMPLATE}, "launcher")
+    env = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": PREFIX_TEMPLATE, **(network.env if network else {})}
+    torchrun = Process("torchrun", argv, env, "launcher")
     return Plan(processes=(torchrun,), grace_s=SHUTDOWN_TIMEOUT_S + 5, peer_grace_s=PEER_GRACE_S,
-                status_dir=status_dir,
+                status_dir=status_dir, start_timeout_s=job.start_timeout_s,
                 private_dirs=(job.log_dir / "torchrun",))
 
 
