@@ -86,7 +86,7 @@ def test_two_nodes_train_like_one_process_and_save_the_checkpoint_once(nodes, tm
     procs = [start_node(nodes, node, tmp_path, JOBS / "torch_train.py", "--out", "ckpt.pt", nproc=nproc,
                         launch=("--timeout", "60")) for node in (0, 1)]
     results = finish(procs)
-    for node, (code, out, err) in enumerate(results):
+    for node, (code, _, err) in enumerate(results):
         assert code == 0, f"node {node}:\n{err[-4000:]}"
         # the launcher said what it chose: this node's own address and veth, for gloo and NCCL
         assert (f"dpmigrate launch: network: {nodes.addresses[node]} on {nodes.ifaces[node]}, from the route to "
