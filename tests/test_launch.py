@@ -204,6 +204,7 @@ def test_one_node_with_a_master_gets_a_fresh_random_run_id(tmp_path, capsys):
     (["-n", "2", "--master", "node0:http"], "port 'http' is not a number"),
     (["-n", "2", "--master", "node0:70000"], "port '70000' is not a number from 1 to 65535"),
     (["-n", "2", "--timeout", "0"], "--timeout 0: give the collective timeout in seconds"),
+    (["-n", "2", "--start-timeout", "-1"], "--start-timeout -1: give the seconds the nodes have to meet"),
     (["-n", "2", "--nnodes", "2", "--master", "h:1"], "--nnodes 2 needs --run-id ID, the same secret on every node"),
     (["-n", "2", "--nnodes", "2", "--master", "h:1", "--run-id", "none"], "--run-id 'none': give 16 to 128"),
 ])
@@ -284,7 +285,8 @@ def test_framework_flag_skips_detection(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("module", ["dpmigrate.launch", "dpmigrate.launch.cli", "dpmigrate.launch.supervise",
-                                    "dpmigrate.launch.torch", "dpmigrate.launch.rank_status"])
+                                    "dpmigrate.launch.torch", "dpmigrate.launch.rank_status",
+                                    "dpmigrate.launch.network", "dpmigrate.launch.torch_rendezvous"])
 def test_importing_the_launcher_imports_no_framework(module):
     code = f"import sys, {module}; print([m for m in ('torch', 'tensorflow', 'paddle') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -15,17 +15,23 @@ One node (no ``--master``): no torchrun, and nothing listens off 127.0.0.1.
       starts when a rank first connects, so converted scripts do not pay for its ``import torch``.
     ``GLOO_SOCKET_IFNAME=lo`` (and ``NCCL_SOCKET_IFNAME=lo``) make the collectives listen on loopback.
     The supervisor knows each rank's exit status directly and stops the others when one fails.
-Several nodes (or ``--master`` given): ``python -m torch.distributed.run --rdzv-backend static --rdzv-id
-    RUN_ID --nnodes M --node-rank R --master-addr HOST --master-port PORT``. Static rendezvous honours
-    the node rank the user gave (c10d would assign its own) and needs nothing but the master's TCPStore,
-    which must listen on the master's address; the run id (the same on every node, unguessable) is the
-    prefix of the keys torchrun's agents exchange there. Plus ``--nproc-per-node N --max-restarts 0
-    --monitor-interval 0.1 --shutdown-timeout 5``: a dead rank is noticed within 0.1 s and its peers
-    get SIGTERM. torchrun then waits a fixed 30 s before SIGKILL (``--shutdown-timeout`` applies only
-    when torchrun itself is signalled; no flag shortens the wait after a rank failed), so the
-    supervisor kills the peers' process groups itself after ``PEER_GRACE_S``. Each rank runs under
-    :mod:`.rank_status`, which records its pid and its exact exit status for that and for the failure
-    report (torchrun's own summary is text, not an interface).
+Several nodes (or ``--master`` given): torchrun, started as ``python -m dpmigrate.launch.torch_rendezvous``
+    (torchrun's own ``main`` with dpmigrate's static rendezvous registered: :mod:`.torch_rendezvous`),
+    ``--rdzv-backend dpmigrate-static --rdzv-id RUN_ID --nnodes M --rdzv-endpoint HOST:PORT --rdzv-conf
+    rank=R,bind=IP,start_timeout=S,nproc=N --local-addr IP``. Static rendezvous honours the node rank
+    the user gave (c10d would assign its own) and needs nothing but the master's TCPStore, which node 0
+    serves on the master address only (torch's own ``static`` backend listens on every interface); the
+    run id (the same on every node, unguessable) is the prefix of the keys the agents exchange there. A
+    node gives up, naming who never came, ``--start-timeout`` seconds after it started. The ranks get
+    ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` = the interface that routes to the master
+    (:mod:`.network`; ``--iface`` overrides, the user's own setting is kept): gloo's default, the host
+    name's address, is a loopback address on many hosts, which no other node can reach.
+    Plus ``--nproc-per-node N --max-restarts 0 --monitor-interval 0.1 --shutdown-timeout 5``: a dead
+    rank is noticed within 0.1 s and its peers get SIGTERM. torchrun then waits a fixed 30 s before
+    SIGKILL (``--shutdown-timeout`` applies only when torchrun itself is signalled; no flag shortens the
+    wait after a rank failed), so the supervisor kills the peers' process groups itself after
+    ``PEER_GRACE_S``. Each rank runs under :mod:`.rank_status`, which records its pid and its exact
+    exit status for that and for the failure report (torchrun's own summary is text, not an interface).
     Output: ``--log-dir <logs>/torchrun --tee 3`` and ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``:
     torchrun tails each rank's output to its own, each line prefixed ``[rank<i>] `` (by global rank),
     and the supervisor files those lines under their rank.
