@@ -182,3 +182,14 @@ def test_a_worker_killed_mid_run_ends_every_process_on_both_nodes(nodes, tmp_pat
     assert final1.startswith("dpmigrate launch: rank 1 failed (killed by SIGKILL)"), final1
     assert re.match(r"dpmigrate launch: rank 0 failed \(exit code \d+\); it lost rank 1, on another node", final0), \
         final0
+
+
+def test_a_master_this_node_has_no_route_to_is_refused_at_once(nodes, tmp_path):
+    """Node 1's namespace knows only 10.77.0.0/24: a master elsewhere is refused before anything starts."""
+    proc = subprocess.run(nodes.command(1, [sys.executable, "-m", "dpmigrate.launch", "-n", "1", "--nnodes", "2",
+                                            "--node-rank", "1", "--master", "192.0.2.1:29500", "--run-id", RUN_ID,
+                                            str(JOBS / "torch_train.py"), "--out", "x.pt"]),
+                          cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "dpmigrate launch: error: --master 192.0.2.1:29500: this machine has no route to it" in proc.stderr, \
+        proc.stderr
