@@ -1,17 +1,22 @@
-"""``dpmigrate launch --nnodes > 1``: which address and interface the ranks use, and what the log says (fast).
+"""``dpmigrate launch --nnodes > 1``: which address and interface the ranks use, what the log says, and the
+supervisor's start-timeout backstop (fast).
 
 The real thing across two network namespaces is in test_multinode.py; these use this machine's loopback.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import dpmigrate.launch
-from dpmigrate.launch import network
+from dpmigrate.launch import network, supervise
+from dpmigrate.launch import torch as torch_backend
+from dpmigrate.launch.backend import Job, Plan, Process
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 LOOPBACK = "lo0" if sys.platform == "darwin" else "lo"
@@ -92,3 +97,19 @@ def test_help_names_start_timeout_and_its_default(capsys):
     assert dpmigrate.launch.main(["--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--start-timeout S" in text and "(default 60)" in text and "--iface NAME" in text
+
+
+def test_a_launcher_that_starts_no_rank_within_the_start_timeout_is_stopped_saying_so(tmp_path, capfd):
+    """The backstop behind the rendezvous's own deadline: a launcher stuck before starting any rank."""
+    job = Job(nproc_per_node=1, nnodes=2, node_rank=1, master=("127.0.0.1", 1), script=tmp_path / "train.py",
+              script_args=(), log_dir=tmp_path / "logs", timeout_s=None, run_id=RUN_ID, start_timeout_s=1)
+    (tmp_path / "logs").mkdir(mode=0o700)
+    stuck = Process("torchrun", (sys.executable, "-c", "import time; time.sleep(60)"), {}, "launcher")
+    plan = Plan(processes=(stuck,), grace_s=5, status_dir=tmp_path / "logs" / "rank-status", start_timeout_s=1)
+    started = time.monotonic()
+    outcome = supervise.run(plan, job, torch_backend)
+    took = time.monotonic() - started
+    assert outcome.launcher_returncode == -signal.SIGKILL
+    assert 1 + supervise.START_MARGIN_S <= took < 1 + supervise.START_MARGIN_S + 2, took
+    assert ("dpmigrate launch: no rank of this node started within --start-timeout 1 s (+3 s): the nodes never all "
+            "met; stopping torchrun") in capfd.readouterr().err
