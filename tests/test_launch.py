@@ -165,11 +165,14 @@ def test_several_nodes_use_static_rendezvous_at_the_master_with_the_shared_run_i
                            "--run-id", RUN_ID, "--log-dir", str(tmp_path / "logs"), str(script), "--lr", "1")
     assert list(processes) == ["torchrun"]
     env, command = processes["torchrun"]
-    assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    # torchrun, with dpmigrate's static rendezvous registered (node 0's store on one address, a start timeout)
+    assert command[:3] == [sys.executable, "-m", "dpmigrate.launch.torch_rendezvous"]
     assert "--standalone" not in command
-    assert [flag(command, f) for f in ("--rdzv-backend", "--rdzv-id", "--nnodes", "--node-rank", "--master-addr",
-                                       "--master-port", "--nproc-per-node", "--max-restarts")] == \
-        ["static", RUN_ID, "3", "2", "node0", "29511", "4", "0"]
+    assert [flag(command, f) for f in ("--rdzv-backend", "--rdzv-id", "--nnodes", "--rdzv-endpoint",
+                                       "--nproc-per-node", "--max-restarts")] == \
+        ["dpmigrate-static", RUN_ID, "3", "node0:29511", "4", "0"]
+    conf = dict(item.split("=") for item in flag(command, "--rdzv-conf").split(","))
+    assert (conf["rank"], conf["start_timeout"], conf["nproc"]) == ("2", "60", "4")
     assert float(flag(command, "--monitor-interval")) <= 0.5
     # each rank runs under the wrapper that records its exit status; the script and its arguments last
     assert command[command.index("--module"):] == [
@@ -181,7 +184,7 @@ def test_ipv6_master_is_given_without_brackets(tmp_path, capsys):
     script = write_script(tmp_path, "")
     command = dry_run(capsys, "-n", "1", "--nnodes", "2", "--master", "[::1]:29500", "--run-id", RUN_ID,
                       str(script))[1]["torchrun"][1]
-    assert (flag(command, "--master-addr"), flag(command, "--master-port")) == ("::1", "29500")
+    assert flag(command, "--rdzv-endpoint") == "[::1]:29500"
 
 
 def test_one_node_with_a_master_gets_a_fresh_random_run_id(tmp_path, capsys):
@@ -201,6 +204,7 @@ def test_one_node_with_a_master_gets_a_fresh_random_run_id(tmp_path, capsys):
     (["-n", "2", "--master", "node0:http"], "port 'http' is not a number"),
     (["-n", "2", "--master", "node0:70000"], "port '70000' is not a number from 1 to 65535"),
     (["-n", "2", "--timeout", "0"], "--timeout 0: give the collective timeout in seconds"),
+    (["-n", "2", "--start-timeout", "-1"], "--start-timeout -1: give the seconds the nodes have to meet"),
     (["-n", "2", "--nnodes", "2", "--master", "h:1"], "--nnodes 2 needs --run-id ID, the same secret on every node"),
     (["-n", "2", "--nnodes", "2", "--master", "h:1", "--run-id", "none"], "--run-id 'none': give 16 to 128"),
 ])
@@ -281,7 +285,8 @@ def test_framework_flag_skips_detection(tmp_path, capsys):
 @pytest.mark.parametrize("module", ["dpmigrate.launch", "dpmigrate.launch.cli", "dpmigrate.launch.supervise",
                                     "dpmigrate.launch.torch", "dpmigrate.launch.rank_status",
                                     "dpmigrate.launch.paddle", "dpmigrate.launch.paddle_rank",
-                                    "dpmigrate.launch.paddle_launcher"])
+                                    "dpmigrate.launch.paddle_launcher", "dpmigrate.launch.network",
+                                    "dpmigrate.launch.torch_rendezvous"])
 def test_importing_the_launcher_imports_no_framework(module):
     code = f"import sys, {module}; print([m for m in ('torch', 'tensorflow', 'paddle') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

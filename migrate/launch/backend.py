@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, Protocol
 
+from .network import Network
+
 LOOPBACK_PORT = "<loopback port>"
 """In a :class:`Process`'s environment values: replaced by the port of a TCP socket the supervisor
 binds on 127.0.0.1 (port chosen by the OS, so no port is guessed and two jobs never clash) before it
@@ -42,6 +44,8 @@ class Job:
     log_dir: Path  # absolute; private (0700) when dpmigrate creates it
     timeout_s: float | None  # collective timeout for the runtime (DPMIGRATE_TIMEOUT)
     run_id: str  # unguessable: names the rendezvous and prefixes the multi-node store's keys
+    start_timeout_s: float = 60.0  # several nodes: give up (naming who never came) if they have not all met
+    network: Network | None = None  # several nodes: this node's address and interface towards the master
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -82,6 +86,8 @@ class Plan:
     private_files: tuple[Path, ...] = ()  # created empty (O_EXCL, 0600) before the start, removed after
     private_dirs: tuple[Path, ...] = ()  # created (0700) before the start, for the processes' own files
     status_dir: Path | None = None  # where rank_status writes each rank's exit (launcher plans)
+    start_timeout_s: float | None = None  # launcher plans: if no rank has started this long (+ START_MARGIN_S)
+    # after the launcher, the supervisor stops it (a backstop: the backend's rendezvous should give up first)
 
     @property
     def launcher(self) -> Process | None:
@@ -146,6 +152,8 @@ class Outcome:
     launcher_lines: list[str]  # the launcher's and services' own output (never a rank's)
     lost: dict[int, int] = dataclasses.field(default_factory=dict)  # rank found frozen and killed -> the
     # rank that found it lost (its heartbeat stopped while it was still running)
+    lost_elsewhere: dict[int, int] = dataclasses.field(default_factory=dict)  # several nodes: a rank of another
+    # node that a rank of this node found lost -> that rank (the other node's supervisor names why it ended)
 
 
 class Backend(Protocol):

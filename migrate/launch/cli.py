@@ -1,7 +1,7 @@
 """``dpmigrate launch``: run a training script on N processes per node, one command for every framework.
 
-    dpmigrate launch -n N [--nnodes M --node-rank R --master HOST:PORT --run-id ID] [--log-dir DIR]
-                     [--timeout S] [--framework F] [--dry-run] script.py ARGS...
+    dpmigrate launch -n N [--nnodes M --node-rank R --master HOST:PORT --run-id ID [--iface NAME]
+                     [--start-timeout S]] [--log-dir DIR] [--timeout S] [--framework F] [--dry-run] script.py ARGS...
 
 Why: each framework has its own launcher with its own flags, defaults and pitfalls (a rendezvous
 reachable from the network, every CPU rank using every core, a dead rank leaving the others hanging,
@@ -13,6 +13,9 @@ module each: :mod:`.torch`, :mod:`.paddle`) and hands it to the neutral supervis
   thrash), ``PYTHONUNBUFFERED=1``, ``DPMIGRATE_TIMEOUT=S`` with ``--timeout`` (the runtime's
   collective timeout, in seconds) and ``DPMIGRATE_DIAGNOSIS_DIR`` (where the runtime records which
   peers it found lost: :mod:`.diagnosis`);
+- several nodes: the ranks use the interface that routes to the master (:mod:`.network`; ``--iface``
+  overrides), and a node gives up, naming who never came, if the nodes have not all met within
+  ``--start-timeout`` (default 60 s);
 - node 0 of a job with ``--master`` serves the rendezvous store on the master port: if that port is
   in use on this machine, one line says so and names a free one (exit 2), before anything starts;
 - each rank's output is streamed live as ``[rank<i>] ...`` and kept in ``DIR/rank<i>.log`` (default
@@ -37,7 +40,7 @@ import time
 from pathlib import Path
 
 from ..frameworks import FRAMEWORK_OF_PACKAGE
-from . import diagnosis, master_port, report, supervise
+from . import diagnosis, master_port, network, report, supervise
 from . import paddle as paddle_backend
 from . import torch as torch_backend
 from .backend import Backend, Job, Plan, Process
@@ -96,6 +99,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--master", metavar="HOST:PORT", help="node 0's address; required with --nnodes > 1")
     p.add_argument("--run-id", metavar="ID", help="with --nnodes > 1: the same secret on every node, e.g. "
                    "from secrets.token_hex(16) (the keys the nodes exchange at the master are named after it)")
+    p.add_argument("--iface", metavar="NAME", help="with --nnodes > 1: the network interface the ranks use "
+                   "(default: the one holding this node's address towards the master)")
+    p.add_argument("--start-timeout", type=float, default=60.0, metavar="S", help="with --nnodes > 1: exit "
+                   "(naming the nodes that never came) if the nodes have not all met at the master within S "
+                   "seconds (default 60)")
     p.add_argument("--log-dir", metavar="DIR", help="where rank<i>.log go (default ./dpmigrate-logs/<timestamp>)")
     p.add_argument("--timeout", type=float, metavar="S", help="collective timeout in seconds (DPMIGRATE_TIMEOUT)")
     p.add_argument("--framework", choices=("auto", *_FRAMEWORKS), default="auto",
@@ -125,13 +133,33 @@ def _job(args: argparse.Namespace) -> Job:
         busy = master_port.in_use_message(args.master, *master)
         if busy:
             raise UsageError(busy)
+    if not args.start_timeout > 0:
+        raise UsageError(f"--start-timeout {args.start_timeout:g}: give the seconds the nodes have to meet, "
+                         "e.g. --start-timeout 60")
+    run_id = _run_id(args.run_id, nnodes)
+    chosen = _network(args, master) if master is not None and nnodes > 1 else None
     script = Path(args.script)
     if not script.is_file():
         raise UsageError(f"{args.script}: no such script (looked in {Path.cwd()})")
     log_dir = Path(args.log_dir if args.log_dir else f"dpmigrate-logs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     return Job(nproc_per_node=n, nnodes=nnodes, node_rank=node_rank, master=master, script=script,
                script_args=tuple(args.script_args), log_dir=log_dir, timeout_s=args.timeout,
-               run_id=_run_id(args.run_id, nnodes))
+               run_id=run_id, start_timeout_s=args.start_timeout, network=chosen)
+
+
+def _network(args: argparse.Namespace, master: tuple[str, int]) -> network.Network | None:
+    """This node's address and interface towards the master (:mod:`.network`), said on one line.
+
+    ``--dry-run`` may be run away from the cluster: then a master it cannot reach is said, not refused."""
+    try:
+        chosen = network.choose(*master, iface=args.iface, environ=os.environ)
+    except network.NetworkError as e:
+        if not args.dry_run:
+            raise UsageError(str(e)) from None
+        print(f"dpmigrate launch: network: not chosen ({e})", file=sys.stderr, flush=True)
+        return None
+    print(chosen.describe(args.master), file=sys.stderr, flush=True)
+    return chosen
 
 
 def _run_id(given: str | None, nnodes: int) -> str:

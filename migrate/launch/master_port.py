@@ -1,12 +1,12 @@
 """Is the ``--master`` port free on node 0? Asked before anything starts, answered in one line.
 
-Why: on node 0, torchrun's static rendezvous serves its TCPStore on the master port, on every
-interface of the machine (whatever the master address). When something already listens there, torch
-fails with a 40-line traceback ending in ``DistNetworkError: ... EADDRINUSE``. A bind test first
+Why: on node 0, torchrun's rendezvous serves its TCPStore on the master port (on the master address:
+:mod:`.torch_rendezvous`). When something already listens there, the job would fail only once torch is
+loaded (with torch's own static rendezvous, a 40-line traceback ending in ``EADDRINUSE``). A bind test first
 (the same wildcard addresses, with ``SO_REUSEADDR`` as the store sets it, so a port whose old
 connections linger in TIME_WAIT is not called busy) turns that into one line naming the address and a
-port that is free now. The test and the start are not atomic: if the port is taken in between, the
-torch backend's ``trim_traceback`` still reduces torch's error to one line (the fallback).
+port that is free now. The test and the start are not atomic: if the port is taken in between, node
+0's rendezvous (:mod:`.torch_rendezvous`) says so in one line too.
 """
 
 from __future__ import annotations

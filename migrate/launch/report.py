@@ -8,7 +8,8 @@ that were asked to stop (by dpmigrate, or by the framework's launcher after a pe
 blamed, whatever their exit code. A rank a peer found lost while it still ran (frozen: its heartbeat
 stopped, see :mod:`.diagnosis`) is named first, as killed by dpmigrate, and the exit code is then
 128 + SIGKILL (137) on every path (the peer that found it may have failed by itself, or, under
-torchrun, been stopped by torchrun first).
+torchrun, been stopped by torchrun first). A rank of another node that this node's ranks found lost
+is named after the culprits: that node's own final line says how it ended.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def final_line(outcome: Outcome, job: Job, launcher: str | None) -> tuple[int, s
         stopped = any(e.stopped for e in outcome.rank_exits.values() if e.rank not in lost)
         others = "" if not stopped else (
             "; the other ranks were stopped" if job.nnodes == 1 else "; the other ranks on this node were stopped")
+        elsewhere = outcome.lost_elsewhere
+        if elsewhere:
+            ranks = ", ".join(map(str, sorted(elsewhere)))
+            named += (f"; it lost rank{'s' if len(elsewhere) > 1 else ''} {ranks}, on another node (no heartbeat; "
+                      "that node's log says why it ended)")
         code = 128 + signal.SIGKILL if lost else culprits[0].job_exit_code
         return code, f"dpmigrate launch: {named}{others}. {logs}"
     if outcome.launcher_returncode not in (None, 0):

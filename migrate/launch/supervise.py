@@ -13,6 +13,8 @@
   us (torchrun itself waits a fixed 30 s before it kills them).
 - A rank found lost by a peer while it still runs (frozen: its heartbeat stopped, :mod:`.diagnosis`)
   is killed at once, SIGKILL to its group (SIGTERM cannot stop a stopped or wedged process), and named.
+- Launcher plans with ``Plan.start_timeout_s``: if none of this node's ranks has started by then (+
+  ``START_MARGIN_S``), the nodes never all met; the launcher is killed, with a line that says so.
 - Services (a rendezvous store) run until the ranks are done, then get SIGTERM. A service that listens
   on the plan's loopback socket starts only when a first client connects to it (see ``Process.listens``).
 - SIGINT/SIGTERM/SIGHUP to ``dpmigrate launch`` are forwarded to every rank (or to the launcher); after
@@ -44,6 +46,7 @@ from .streams import LogFiles
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 POLL_S = 0.05
 SERVICE_GRACE_S = 2.0
+START_MARGIN_S = 3.0  # the start-timeout backstop acts this long after the backend's own deadline
 
 
 @dataclasses.dataclass
@@ -64,12 +67,14 @@ def run(plan: Plan, job: Job, backend: Backend) -> Outcome:
         rank_status.forget_statuses(plan.status_dir)  # an earlier run's, in a reused --log-dir
     logs = LogFiles(job.log_dir, job.ranks)
     supervisor = _Supervisor(plan, job, logs, backend)
+    lost_elsewhere: dict[int, int] = {}
     try:
         with _private_files(plan.private_files), _queue_signals(supervisor.signals):
             supervisor.start()
             supervisor.watch()
     finally:
         supervisor.leave_nothing_running()
+        lost_elsewhere = {r: by for r, by in diagnosis.lost_ranks(job.diagnosis_dir).items() if r not in job.ranks}
         logs.close()
         with contextlib.suppress(OSError):  # kept only when it holds a diagnosis
             job.diagnosis_dir.rmdir()
@@ -79,7 +84,8 @@ def run(plan: Plan, job: Job, backend: Backend) -> Outcome:
     else:
         exits = supervisor.rank_exits
     return Outcome(rank_exits=exits, launcher_returncode=launcher.returncode if launcher else None,
-                   interrupted=supervisor.interrupted, launcher_lines=logs.launcher_lines, lost=supervisor.lost)
+                   interrupted=supervisor.interrupted, launcher_lines=logs.launcher_lines, lost=supervisor.lost,
+                   lost_elsewhere=lost_elsewhere)
 
 
 class _Supervisor:
@@ -97,9 +103,12 @@ class _Supervisor:
         self.listener: socket.socket | None = None  # on 127.0.0.1, for the service with Process.listens
         self.port = ""
         self.on_first_client: Process | None = None  # that service, until a client connects
+        self.started_at = time.monotonic()
+        self.start_given_up = False  # the start-timeout backstop has acted (or is no longer needed)
 
     def start(self) -> None:
         """Start every process, except a listening service: that one starts on its first client."""
+        self.started_at = time.monotonic()
         if _needs_listener(self.plan):
             self.listener = _loopback_listener()
             self.port = str(self.listener.getsockname()[1])
@@ -152,6 +161,7 @@ class _Supervisor:
             if failed and self.kill_at is None:
                 self._ask_to_stop(signal.SIGTERM, self.plan.peer_grace_s)
             self._kill_ranks_the_launcher_waits_for()
+            self._stop_a_launcher_whose_ranks_never_started()
             if all(c.returncode is not None for c in self.children if c.process.role != "service"):
                 self.done = True
                 break
@@ -244,6 +254,27 @@ class _Supervisor:
                 for pid in descendants(launcher.popen.pid):  # the ranks run in sessions of their own
                     _signal_group(pid, signal.SIGKILL)
             self.kill_ranks_at = float("inf")
+
+    def _stop_a_launcher_whose_ranks_never_started(self) -> None:
+        """Launcher plans with a start timeout: if none of this node's ranks has started ``START_MARGIN_S``
+        after it, the nodes never all met; kill the launcher (a backstop: its rendezvous gives up first)."""
+        if self.plan.start_timeout_s is None or self.plan.status_dir is None or self.kill_at is not None:
+            return
+        launcher = self._launcher()
+        if launcher is None or launcher.returncode is not None or self.start_given_up:
+            return
+        waited = time.monotonic() - self.started_at
+        if waited < self.plan.start_timeout_s + START_MARGIN_S:
+            return
+        if rank_status.read_pids(self.plan.status_dir, self.job.ranks):
+            self.start_given_up = True  # the ranks started: from here on, the collective timeout rules
+            return
+        self.start_given_up = True
+        self.logs.note(f"dpmigrate launch: no rank of this node started within --start-timeout "
+                       f"{self.plan.start_timeout_s:g} s (+{START_MARGIN_S:g} s): the nodes never all met; "
+                       f"stopping {launcher.process.name}")
+        self._kill([launcher])
+        self.kill_at = float("inf")
 
     def _launcher(self) -> _Child | None:
         return next((c for c in self.children if c.process.role == "launcher"), None)

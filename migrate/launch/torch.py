@@ -15,17 +15,23 @@ One node (no ``--master``): no torchrun, and nothing listens off 127.0.0.1.
       starts when a rank first connects, so converted scripts do not pay for its ``import torch``.
     ``GLOO_SOCKET_IFNAME=lo`` (and ``NCCL_SOCKET_IFNAME=lo``) make the collectives listen on loopback.
     The supervisor knows each rank's exit status directly and stops the others when one fails.
-Several nodes (or ``--master`` given): ``python -m torch.distributed.run --rdzv-backend static --rdzv-id
-    RUN_ID --nnodes M --node-rank R --master-addr HOST --master-port PORT``. Static rendezvous honours
-    the node rank the user gave (c10d would assign its own) and needs nothing but the master's TCPStore,
-    which must listen on the master's address; the run id (the same on every node, unguessable) is the
-    prefix of the keys torchrun's agents exchange there. Plus ``--nproc-per-node N --max-restarts 0
-    --monitor-interval 0.1 --shutdown-timeout 5``: a dead rank is noticed within 0.1 s and its peers
-    get SIGTERM. torchrun then waits a fixed 30 s before SIGKILL (``--shutdown-timeout`` applies only
-    when torchrun itself is signalled; no flag shortens the wait after a rank failed), so the
-    supervisor kills the peers' process groups itself after ``PEER_GRACE_S``. Each rank runs under
-    :mod:`.rank_status`, which records its pid and its exact exit status for that and for the failure
-    report (torchrun's own summary is text, not an interface).
+Several nodes (or ``--master`` given): torchrun, started as ``python -m dpmigrate.launch.torch_rendezvous``
+    (torchrun's own ``main`` with dpmigrate's static rendezvous registered: :mod:`.torch_rendezvous`),
+    ``--rdzv-backend dpmigrate-static --rdzv-id RUN_ID --nnodes M --rdzv-endpoint HOST:PORT --rdzv-conf
+    rank=R,bind=IP,start_timeout=S,nproc=N --local-addr IP``. Static rendezvous honours the node rank
+    the user gave (c10d would assign its own) and needs nothing but the master's TCPStore, which node 0
+    serves on the master address only (torch's own ``static`` backend listens on every interface); the
+    run id (the same on every node, unguessable) is the prefix of the keys the agents exchange there. A
+    node gives up, naming who never came, ``--start-timeout`` seconds after it started. The ranks get
+    ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` = the interface that routes to the master
+    (:mod:`.network`; ``--iface`` overrides, the user's own setting is kept): gloo's default, the host
+    name's address, is a loopback address on many hosts, which no other node can reach.
+    Plus ``--nproc-per-node N --max-restarts 0 --monitor-interval 0.1 --shutdown-timeout 5``: a dead
+    rank is noticed within 0.1 s and its peers get SIGTERM. torchrun then waits a fixed 30 s before
+    SIGKILL (``--shutdown-timeout`` applies only when torchrun itself is signalled; no flag shortens the
+    wait after a rank failed), so the supervisor kills the peers' process groups itself after
+    ``PEER_GRACE_S``. Each rank runs under :mod:`.rank_status`, which records its pid and its exact
+    exit status for that and for the failure report (torchrun's own summary is text, not an interface).
     Output: ``--log-dir <logs>/torchrun --tee 3`` and ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``:
     torchrun tails each rank's output to its own, each line prefixed ``[rank<i>] `` (by global rank),
     and the supervisor files those lines under their rank.
@@ -37,6 +43,7 @@ import importlib.util
 import re
 import sys
 
+from . import torch_rendezvous
 from .backend import LOOPBACK_PORT, Job, Plan, Process
 
 PREFIX_TEMPLATE = "[rank${rank}] "
@@ -88,18 +95,24 @@ def _one_node(job: Job) -> Plan:
 def _torchrun(job: Job) -> Plan:
     host, port = job.master
     status_dir = job.log_dir / "rank-status"
+    network = job.network
+    bind = network.master_ip if network else host  # node 0's store: on the master address only
+    endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    conf = f"rank={job.node_rank},bind={bind},start_timeout={job.start_timeout_s:g},nproc={job.nproc_per_node}"
+    local_addr = ("--local-addr", network.local_ip) if network else ()
     argv = (
-        sys.executable, "-m", "torch.distributed.run",
-        "--rdzv-backend", "static", "--rdzv-id", job.run_id, "--nnodes", str(job.nnodes),
-        "--node-rank", str(job.node_rank), "--master-addr", host, "--master-port", str(port),
+        sys.executable, "-m", "dpmigrate.launch.torch_rendezvous",
+        "--rdzv-backend", torch_rendezvous.BACKEND_NAME, "--rdzv-id", job.run_id, "--nnodes", str(job.nnodes),
+        "--rdzv-endpoint", endpoint, "--rdzv-conf", conf, *local_addr,
         "--nproc-per-node", str(job.nproc_per_node), "--max-restarts", "0",
         "--monitor-interval", str(MONITOR_INTERVAL_S), "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
         "--log-dir", str(job.log_dir / "torchrun"), "--tee", "3",
         "--module", "dpmigrate.launch.rank_status", str(status_dir), str(job.script), *job.script_args,
     )
-    torchrun = Process("torchrun", argv, {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": PREFIX_TEMPLATE}, "launcher")
+    env = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": PREFIX_TEMPLATE, **(network.env if network else {})}
+    torchrun = Process("torchrun", argv, env, "launcher")
     return Plan(processes=(torchrun,), grace_s=SHUTDOWN_TIMEOUT_S + 5, peer_grace_s=PEER_GRACE_S,
-                status_dir=status_dir,
+                status_dir=status_dir, start_timeout_s=job.start_timeout_s,
                 private_dirs=(job.log_dir / "torchrun",))
 
 
