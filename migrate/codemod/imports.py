@@ -1,13 +1,12 @@
-"""``import dpmigrate.runtime.<framework> as dp`` put where libcst's ``AddImportsVisitor`` puts an import.
+"""``import dpmigrate.runtime.<framework> as dp``, added by libcst's ``AddImportsVisitor``.
 
-Why not the visitor itself: importing ``libcst.codemod`` loads ``libcst.matchers`` too, about
-300 ms together, which a pre-commit run converting one small script paid for this one line; and
-the visitor walks and copies the module. For the one import the engine adds (a plain ``import``,
-never already there: a file importing the runtime is not converted), the visitor's placement is
-these few steps of its ``_split_module``, ``_skip_first`` and ``_insert_empty_line``: after a first
-docstring or ``__strict__`` flag, after the block of imports that follows, and with a blank line
-before the next statement if it has none. ``tests/test_engine_fast_paths.py`` checks it against the
-visitor on every fixture and on layouts the fixtures lack.
+The visitor reads and changes only the module's leading statements (a first docstring or
+``__strict__`` flag, the block of imports after it, and the statement that follows, which may get a
+blank line before it), yet would walk and copy the whole module: it is given just those statements,
+and the rest of the body is put back untouched. ``libcst.codemod`` (which loads ``libcst.matchers``,
+about 300 ms) is imported on the first file that needs the import, never for files left as they
+are. ``tests/test_engine_fast_paths.py`` checks the result against the visitor run on the whole
+module, on every fixture and on layouts the fixtures lack.
 """
 
 from __future__ import annotations
@@ -22,24 +21,17 @@ _FIRST_LINE_KEPT_FIRST = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignT
 
 
 def add_import(module: cst.Module, name: str, alias: str | None) -> cst.Module:
-    """``module`` with ``import name as alias`` (``import name`` for no alias) added, as ``AddImportsVisitor`` would."""
+    """``module`` with ``import name as alias`` (``import name`` for no alias) added by ``AddImportsVisitor``."""
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor
+
     body = list(module.body)
     start = 1 if body and m.matches(body[0], _FIRST_LINE_KEPT_FIRST) else 0
     end = start
     while end < len(body) and m.matches(body[end], _IMPORT_LINE):
         end += 1
-    # the visitor parses its import with the module's indent, which may hold a form feed: any plain one will do
-    config = module.with_changes(default_indent="    ").config_for_parsing
-    new = cst.parse_statement(f"import {name}" if alias is None else f"import {name} as {alias}", config=config)
-    return module.with_changes(body=[*body[:end], new, *_blank_line_before_first(body[end:])])
-
-
-def _blank_line_before_first(statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-    if not statements:
-        return statements
-    first = statements[0]
-    if not first.leading_lines:
-        return [first.with_changes(leading_lines=(cst.EmptyLine(),)), *statements[1:]]
-    if first.leading_lines[0].comment is None:
-        return statements
-    return [first.with_changes(leading_lines=(cst.EmptyLine(), *first.leading_lines)), *statements[1:]]
+    head = module.with_changes(body=body[:end + 1], default_indent="    ")  # a form feed in an indent: layout only
+    context = CodemodContext()
+    AddImportsVisitor.add_needed_import(context, name, asname=alias)
+    added = AddImportsVisitor(context).transform_module(head)
+    return module.with_changes(body=[*added.body, *body[end + 1:]])
