@@ -38,7 +38,15 @@ from .converting import Outcome, convert_all, convert_path, convert_source
 from .files import Exclude, PathError, Source, discover
 from .findings import Conversion, Options
 from .progress import Progress, is_terminal
-from .project import downloading_functions, held_helpers, hold, imported_by_others, read_as_local_module, training_hints
+from .project import (
+    downloading_functions,
+    held_helpers,
+    hold,
+    imported_by_others,
+    local_module_names,
+    read_as_local_module,
+    training_hints,
+)
 from .report import Failure, FileResult, policy_line, render_json, render_text
 from .runtime.atomic import remove_stale_temporaries
 from .stopping import Interrupted, interruptible
@@ -137,8 +145,9 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
               "sources' own, or drop -o to convert in place", file=sys.stderr)
         return 2
     fetching = downloading_functions(s.path for s in sources)
-    if fetching:  # a script calling a local module's downloading function downloads too
-        options = dataclasses.replace(options, downloading_functions=fetching)
+    local = local_module_names(s.path for s in sources)
+    if fetching or local:  # a script calling its local modules: their loaders and downloads are followed
+        options = dataclasses.replace(options, downloading_functions=fetching, local_modules=local)
     with Progress(len(sources), sys.stderr) as progress, \
             contextlib.closing(convert_all(sources, options, args.jobs)) as outcomes:
         # a module another file of the run imports waits: if that file is left alone, so is the module

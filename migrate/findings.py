@@ -30,6 +30,8 @@ class Options:
     # (function, return position, role) of this module's functions, from the scripts that import it:
     # ("get_loaders", 0, "train") makes the loader get_loaders() returns first a training loader
     returned_roles: tuple[tuple[str, int, str], ...] = ()
+    # the run's local modules (``data`` for data.py beside a script): calls into them are followed across files
+    local_modules: tuple[str, ...] = ()
     # "module.function" of local modules' functions that download: their calls run on the main process first
     downloading_functions: tuple[str, ...] = ()
 

@@ -170,6 +170,21 @@ _FETCH_WORDS = {"urlretrieve", "urlopen", "download_url", "download_url_to_file"
                 "download_and_extract_archive", "gdown"}
 
 
+def local_module_names(paths: Iterable[str]) -> tuple[str, ...]:
+    """The names the run's files import their local modules by (``data`` for ``data.py``)."""
+    names: set[str] = set()
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                source = handle.read()
+        except OSError:
+            continue
+        for helper in local_imports(path, source):
+            names.add(os.path.basename(os.path.dirname(helper)) if helper.endswith("__init__.py")
+                      else os.path.basename(helper)[:-3])
+    return tuple(sorted(names))
+
+
 def downloading_functions(paths: Iterable[str]) -> tuple[str, ...]:
     """``module.function`` for the functions of the run's local modules that download, directly or
     through another function of theirs (``get_training_set()`` -> ``download_bsd300()`` ->

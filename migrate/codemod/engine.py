@@ -81,8 +81,8 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
         findings.extend(ctx.findings)
         if convertible:
             output = _emit(ctx, source, path)
-            if rule_set.VOCABULARY.data_loaders:  # what this script trains on that other files build
-                imported_training = tuple(ctx.analysis(LoaderFlow).imported_training_returns())
+            if rule_set.VOCABULARY.data_loaders and options.local_modules:  # what it trains on that its modules build
+                imported_training = tuple(ctx.analysis(LoaderFlow).imported_training_returns(options.local_modules))
     findings.sort(key=lambda f: (f.line, f.col))
     left_alone = detection.reason if detection.status in _LEFT_ALONE else None
     return Conversion(

@@ -60,16 +60,17 @@ class LoaderFlow:
         hints = {(f, p): role for f, p, role in getattr(ctx.options, "returned_roles", ())}
         self.loaders = find_loaders(ctx.query, hints)
 
-    def imported_training_returns(self) -> list[tuple[str, int]]:
-        """(qualified function name, return position) of imported functions whose result a training loop
-        of this file reads: ``train_loader, _ = data.get_loaders()`` then ``for x in train_loader: ...``."""
+    def imported_training_returns(self, modules: tuple[str, ...]) -> list[tuple[str, int]]:
+        """(qualified function name, return position) of functions of the local ``modules`` whose result
+        a training loop of this file reads: ``train_loader, _ = data.get_loaders()`` then
+        ``for x in train_loader: ...``. Only calls into those modules are looked at (cheaply)."""
         query = self.query
-        local = query.module_functions()
         found: list[tuple[str, int]] = []
+        if not modules:
+            return found
         for call in query.index.of_type(query.module, cst.Call):
-            if isinstance(call.func, cst.Name) and call.func.value in local:
-                continue
-            names = [n for n in query.qualified_names(call.func) if "." in n.lstrip(".")]
+            names = [n for module in modules for n in query.index.qualified_names_under(call.func, module)
+                     if "." in n]
             if not names:
                 continue
             statement = query.statement_of(call)

@@ -43,9 +43,9 @@ class Query:
 
     def callee_starts_with(self, node: cst.CSTNode, prefix: str) -> str | None:
         """The callee's qualified name when it starts with ``prefix`` (e.g. ``"torch.optim."``)."""
-        if isinstance(node, cst.Call):
-            names = (self.index.qualified_names_under(node.func, prefix[:-1]) if prefix.endswith(".")
-                     else self.qualified_names(node.func))
+        if isinstance(node, cst.Call):  # the names under the prefix's package: no scope analysis when plain
+            package = prefix[:-1] if prefix.endswith(".") else prefix.split(".", 1)[0]
+            names = self.index.qualified_names_under(node.func, package)
             for name in sorted(names):
                 if name.startswith(prefix):
                     return name

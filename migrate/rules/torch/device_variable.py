@@ -44,6 +44,16 @@ class DeviceVariable(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._reported: set[int] = set()
+        self._calls_by_name: dict[str, list[cst.Call]] | None = None  # f(...) by f, built once
+        self._assigned: dict[int, dict[str, list[cst.BaseExpression]]] = {}  # scope -> name -> values
+
+    def _calls_of(self, name: str) -> list[cst.Call]:
+        if self._calls_by_name is None:
+            self._calls_by_name = {}
+            for call in self.q.index.of_type(self.ctx.module, cst.Call):
+                if isinstance(call.func, cst.Name):
+                    self._calls_by_name.setdefault(call.func.value, []).append(call)
+        return self._calls_by_name.get(name, [])
 
     def visit_Call(self, node: cst.Call) -> None:
         for value in self._device_arguments(node):
@@ -123,14 +133,16 @@ class DeviceVariable(Rule):
 
     def _assigned_values(self, function: cst.FunctionDef | None, name: str) -> list[cst.BaseExpression]:
         scope = function if function is not None else self.ctx.module
-        values = []
-        for statement in self.q.index.of_type(scope, cst.Assign):
-            if self.q.function_of(statement) is not function:
-                continue
-            for target in statement.targets:
-                if isinstance(target.target, cst.Name) and target.target.value == name:
-                    values.append(statement.value)
-        return values
+        if id(scope) not in self._assigned:  # every plain `name = value` of the scope, gathered once
+            found: dict[str, list[cst.BaseExpression]] = {}
+            for statement in self.q.index.of_type(scope, cst.Assign):
+                if self.q.function_of(statement) is not function:
+                    continue
+                for target in statement.targets:
+                    if isinstance(target.target, cst.Name):
+                        found.setdefault(target.target.value, []).append(statement.value)
+            self._assigned[id(scope)] = found
+        return self._assigned[id(scope)].get(name, [])
 
     def _attribute_origins(self, attribute: cst.Attribute, depth: int, seen: set[int]) -> list[tuple[str, cst.CSTNode]]:
         """``self.gpu_id``: the values its class assigns to it (``self.gpu_id = gpu_id`` in ``__init__``)."""
@@ -152,8 +164,7 @@ class DeviceVariable(Rule):
             called, index = cls.name.value, index - 1
         elif cls is not None:
             return [(_FINE, param)]  # a method's argument: its callers are not followed
-        calls = [c for c in self.q.index.of_type(self.ctx.module, cst.Call)
-                 if isinstance(c.func, cst.Name) and c.func.value == called]
+        calls = self._calls_of(called)
         result: list[tuple[str, cst.CSTNode]] = []
         for call in calls:
             value = _argument(call, index, param.name.value)

@@ -31,7 +31,7 @@ class ManualBatching(Rule):
 
     def finish(self) -> None:
         flow = self.ctx.analysis(LoaderFlow)
-        if flow.loaders or flow.imported_training_returns():
+        if flow.loaders or flow.imported_training_returns(self.ctx.options.local_modules):
             return  # it reads a DataLoader, built here or in a module it imports
         loops = [f for f in self.q.findall(self.ctx.module, m.For() | m.While()) if self.q.trains(f.body)]
         innermost = [f for f in loops if not any(g is not f and self.q.index.contains(f, g) for g in loops)]

@@ -24,12 +24,23 @@ class SharedRandomData(Rule):
 
     name = "shared-random-data"
 
-    def _called_in_a_loop(self, function: str) -> bool:
-        calls = [c for c in self.q.index.of_type(self.ctx.module, cst.Call)
-                 if isinstance(c.func, cst.Name) and c.func.value == function]
-        return any(_in_loop(self.q, c) or (
-            (caller := self.q.function_of(c)) is not None and caller.name.value != function
-            and self._called_in_a_loop(caller.name.value)) for c in calls)
+    def _called_in_a_loop(self, function: str, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether a loop calls ``function``, directly or through other functions of the file."""
+        if self._calls is None:
+            self._calls = {}
+            for c in self.q.index.of_type(self.ctx.module, cst.Call):
+                if isinstance(c.func, cst.Name):
+                    self._calls.setdefault(c.func.value, []).append(c)
+        if function not in self._in_loop:
+            self._in_loop[function] = any(_in_loop(self.q, c) or (
+                (caller := self.q.function_of(c)) is not None and caller.name.value not in seen | {function}
+                and self._called_in_a_loop(caller.name.value, seen | {function})) for c in self._calls.get(function, []))
+        return self._in_loop[function]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._calls: dict[str, list[cst.Call]] | None = None
+        self._in_loop: dict[str, bool] = {}
 
     def finish(self) -> None:
         calls = self.q.index.of_type(self.ctx.module, cst.Call)
