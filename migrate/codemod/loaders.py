@@ -68,13 +68,17 @@ class LoaderFlow:
         found: list[tuple[str, int]] = []
         if not modules:
             return found
+        roots = _names_imported_from(query.module, set(modules))
         for call in query.index.of_type(query.module, cst.Call):
+            if not isinstance(query.parent(call), cst.Assign) or _root_name(call.func) not in roots:
+                continue  # only `x = f()` / `a, b = f()` of a name imported from a local module
+            targets = _received_positions(query.statement_of(call), call)
+            if not targets:
+                continue
             names = [n for module in modules for n in query.index.qualified_names_under(call.func, module)
                      if "." in n]
             if not names:
                 continue
-            statement = query.statement_of(call)
-            targets = _received_positions(statement, call)
             for position, name in targets:
                 loops = _loops_over(query, _scope(query, call), name, 0)
                 if any(_loop_trains(query, loop) for loop in loops):
@@ -152,6 +156,38 @@ def _loops_over(query: Query, scope: cst.CSTNode, name: str, depth: int) -> list
         for parameter in _parameters_receiving(function, call, name):
             loops.extend(_loops_over(query, function, parameter, depth + 1))
     return loops
+
+
+def _names_imported_from(module: cst.Module, modules: set[str]) -> set[str]:
+    """Names the file's top-level imports bind from ``modules`` (``import data``, ``from data import f``)."""
+    names: set[str] = set()
+    for statement in module.body:
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    full = _dotted(alias.name)
+                    if full.split(".")[0] in modules:
+                        names.add(alias.asname.name.value if alias.asname else full.split(".")[0])
+            elif isinstance(small, cst.ImportFrom) and small.module is not None and len(small.relative) <= 1:
+                if _dotted(small.module).split(".")[0] in modules and not isinstance(small.names, cst.ImportStar):
+                    names.update(a.asname.name.value if a.asname else _dotted(a.name) for a in small.names)
+            elif isinstance(small, cst.ImportFrom) and small.module is None and len(small.relative) == 1:
+                if not isinstance(small.names, cst.ImportStar):  # from . import data
+                    names.update(a.asname.name.value if a.asname else _dotted(a.name) for a in small.names
+                                 if _dotted(a.name) in modules)
+    return names
+
+
+def _dotted(node: cst.BaseExpression) -> str:
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    return node.value if isinstance(node, cst.Name) else ""
+
+
+def _root_name(node: cst.BaseExpression) -> str | None:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None
 
 
 def _received_positions(statement, call: cst.Call) -> list[tuple[int, str]]:

@@ -62,7 +62,16 @@ class DownloadMainProcessFirst(Rule):
     def _downloads(self):
         """(call, what it is) for every call that fetches files, in source order."""
         vocabulary = self.vocabulary
+        words = {p.rstrip(".").rsplit(".", 1)[-1] for p in (*_FETCHES, *vocabulary.download_prefixes)}
+        packages = {p.split(".", 1)[0] for p in vocabulary.download_prefixes if p.endswith(".")}
+        hinted = {f.rsplit(".", 1)[-1] for f in self.ctx.options.downloading_functions}
         for call in self.q.index.of_type(self.ctx.module, cst.Call):
+            last = call.func.attr.value if isinstance(call.func, cst.Attribute) else (
+                call.func.value if isinstance(call.func, cst.Name) else None)
+            keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+            if not ({"download", "pretrained", "weights"} & keywords or last in words or last in hinted
+                    or last == "from_pretrained" or any(self.q.named_under(call.func, p) for p in packages)):
+                continue  # cannot be a download: no scope analysis for it
             if m.matches(call, _DOWNLOAD):
                 yield call, "download=True"
             elif self.q.is_call_to(call, _FETCHES) or any(

@@ -31,9 +31,11 @@ class ManualBatching(Rule):
 
     def finish(self) -> None:
         flow = self.ctx.analysis(LoaderFlow)
-        if flow.loaders or flow.imported_training_returns(self.ctx.options.local_modules):
-            return  # it reads a DataLoader, built here or in a module it imports
+        if flow.loaders:
+            return  # it reads a DataLoader
         loops = [f for f in self.q.findall(self.ctx.module, m.For() | m.While()) if self.q.trains(f.body)]
+        if not loops or flow.imported_training_returns(self.ctx.options.local_modules):
+            return  # nothing trains here, or it reads a DataLoader a module it imports builds
         innermost = [f for f in loops if not any(g is not f and self.q.index.contains(f, g) for g in loops)]
         for loop in innermost[:1]:
             policy = (" --batch global is not applied: no DataLoader batch size to split."
