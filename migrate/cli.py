@@ -175,7 +175,7 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
             _record(results, _apply(source, outcome, args, color, progress), progress)
         for real, hint in hints.items():  # local modules the run was not asked for, read with their script
             if real not in {os.path.realpath(s.path) for s in sources} and real not in held:
-                source = _beside(sources, hint)
+                source = hint.source_beside(sources)
                 outcome = convert_path(hint.path, dataclasses.replace(options, returned_roles=hint.returned_roles()))
                 if outcome.conversion is not None:
                     outcome = dataclasses.replace(outcome, conversion=read_as_local_module(outcome.conversion, hint))
@@ -184,13 +184,6 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
     order = {s.path: i for i, s in enumerate(sources)}
     results.sort(key=lambda r: order.get(r.path, len(order)))
     return _exit_code(results, reported=_write_report(results, args, mode, options))
-
-
-def _beside(sources: Sequence[Source], hint) -> Source:
-    """A Source for a local module, its ``relative`` (for ``-o``) beside the script that imports it."""
-    script = next(s for s in sources if s.path == hint.script)
-    relative = os.path.join(os.path.dirname(script.relative), os.path.relpath(hint.path, os.path.dirname(script.path) or "."))
-    return Source(hint.path, relative)
 
 
 def _record(results: list[FileResult], result: FileResult, progress: Progress) -> None:

@@ -16,8 +16,9 @@ import ast
 import dataclasses
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+from .files import Source
 from .findings import Conversion, Finding
 
 RULE = "detect-framework"
@@ -131,6 +132,12 @@ class Hints:
     def returned_roles(self) -> tuple[tuple[str, int, str], ...]:
         return tuple(sorted(self.roles))
 
+    def source_beside(self, sources: Sequence[Source]) -> Source:
+        """A Source for this module, its ``relative`` (for ``-o``) beside the script that imports it."""
+        script = next(s for s in sources if s.path == self.script)
+        relative = os.path.relpath(self.path, os.path.dirname(script.path) or ".")
+        return Source(self.path, os.path.join(os.path.dirname(script.relative), relative))
+
 
 def training_hints(conversions: Iterable[Conversion]) -> dict[str, Hints]:
     """Local modules (by real path) whose functions return loaders that a script of the run trains on.
@@ -170,36 +177,36 @@ _FETCH_WORDS = {"urlretrieve", "urlopen", "download_url", "download_url_to_file"
                 "download_and_extract_archive", "gdown"}
 
 
-def local_module_names(paths: Iterable[str]) -> tuple[str, ...]:
-    """The names the run's files import their local modules by (``data`` for ``data.py``)."""
-    names: set[str] = set()
+def _local_modules(paths: Iterable[str]) -> set[str]:
+    """The real paths of the local modules the run's files import."""
+    found: set[str] = set()
     for path in paths:
         try:
             with open(path, "rb") as handle:
                 source = handle.read()
         except OSError:
             continue
-        for helper in local_imports(path, source):
-            names.add(os.path.basename(os.path.dirname(helper)) if helper.endswith("__init__.py")
-                      else os.path.basename(helper)[:-3])
-    return tuple(sorted(names))
+        found |= local_imports(path, source)
+    return found
+
+
+def _module_name(helper: str) -> str:
+    """``data`` for ``.../data.py`` and for ``.../data/__init__.py``."""
+    if helper.endswith("__init__.py"):
+        return os.path.basename(os.path.dirname(helper))
+    return os.path.basename(helper)[:-3]
+
+
+def local_module_names(paths: Iterable[str]) -> tuple[str, ...]:
+    """The names the run's files import their local modules by (``data`` for ``data.py``)."""
+    return tuple(sorted({_module_name(h) for h in _local_modules(paths)}))
 
 
 def downloading_functions(paths: Iterable[str]) -> tuple[str, ...]:
     """``module.function`` for the functions of the run's local modules that download, directly or
     through another function of theirs (``get_training_set()`` -> ``download_bsd300()`` ->
     ``urllib.request.urlopen``): a script calling one must run that call on the main process first."""
-    modules: dict[str, str] = {}
-    for path in paths:
-        try:
-            with open(path, "rb") as handle:
-                source = handle.read()
-        except OSError:
-            continue
-        for helper in local_imports(path, source):
-            name = os.path.basename(helper)[:-3] if not helper.endswith("__init__.py") else os.path.basename(
-                os.path.dirname(helper))
-            modules.setdefault(helper, name)
+    modules = {helper: _module_name(helper) for helper in _local_modules(paths)}
     found: list[str] = []
     for helper, name in sorted(modules.items()):
         try:
