@@ -24,6 +24,7 @@ Run by hand (nothing is written; no test asserts a timing):
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import os
 import re
@@ -193,8 +194,11 @@ def tf_upgrade_rate(tf_upgrade: str, files: list[Path], scratch: Path) -> tuple[
 def generated_script(lines: int) -> str:
     """A training script of about ``lines`` lines: the mnist fixture, repeated with renamed definitions."""
     chunk = CHUNK.read_text()
-    header, _, body = chunk.partition("FASHION_MEAN")
-    body = "FASHION_MEAN" + body
+    tree = ast.parse(chunk)
+    first = next(node for node in tree.body if not isinstance(node, (ast.Import, ast.ImportFrom))
+                 and node is not (tree.body[0] if ast.get_docstring(tree) else None))
+    cut = sum(len(line) for line in chunk.splitlines(keepends=True)[: first.lineno - 1])
+    header, body = chunk[:cut], chunk[cut:]  # the docstring and imports once; the definitions repeated
     names = re.findall(r"^(?:def|class) (\w+)", body, flags=re.M)
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
     parts, count, i = [header], header.count("\n"), 0

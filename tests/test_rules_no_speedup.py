@@ -56,3 +56,29 @@ def test_slicing_by_hand_keeps_the_manual_batching_note():
         """
     )
     assert "batches its data by hand" in message
+
+
+def test_windows_yielded_by_a_method_of_the_file_are_hand_batches_not_full_batch_training():
+    message = _note(
+        """
+        import torch
+
+        class Stream:
+            def __init__(self, ids):
+                self.rows = ids.view(4, -1)
+
+            def windows(self, width):
+                for left in range(0, self.rows.shape[1] - 1, width):
+                    yield self.rows[:, left:left + width], self.rows[:, left + 1:left + 1 + width]
+
+        model = torch.nn.Linear(8, 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        stream = Stream(torch.arange(400.0))
+        for epoch in range(3):
+            for x, y in stream.windows(8):
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+        """
+    )
+    assert "batches its data by hand" in message and "full-batch" not in message

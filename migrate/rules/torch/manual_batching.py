@@ -66,9 +66,14 @@ class ManualBatching(Rule):
                 )
 
     def _calls_a_batcher(self, loop) -> bool:
-        """``get_batch(data, i)``: a function of the file that slices the data for the loop."""
+        """``get_batch(data, i)``: a function of the file that slices the data for the loop; or, in the
+        loop's iterable, a method of a class of the file that does (``for x, y in stream.windows(35)``)."""
         functions = self.q.module_functions()
         called = [functions[n] for n in self.q.called_names(loop) if n in functions]
+        if isinstance(loop, cst.For):
+            names = {c.func.attr.value for c in self.q.findall(loop.iter, m.Call(func=m.Attribute(attr=m.Name())))}
+            called += [s for c in self.ctx.module.body if isinstance(c, cst.ClassDef)
+                       for s in c.body.body if isinstance(s, cst.FunctionDef) and s.name.value in names]
         return any(self.q.index.of_type(f, cst.Subscript) or any(
             self.q.callee_starts_with(c, prefix) for prefix in _RANDOM for c in self.q.index.of_type(f, cst.Call)
         ) for f in called)
