@@ -157,3 +157,29 @@ def test_a_script_that_parses_at_the_top_is_initialised_there_not_in_a_step_func
     text = result.output.decode()
     assert "args = argparse.ArgumentParser().parse_args()\ndp.init()\n" in text
     assert text.count("dp.init()") == 1
+
+
+def test_arguments_parsed_straight_into_the_entry_call_start_the_runtime_at_its_top_not_after_it():
+    # `train(parser.parse_args())` is the whole run: dp.init() after that line would come after training
+    result = convert_text(
+        '''
+        import argparse
+        import torch
+
+        def train(opts):
+            """Fit."""
+            torch.manual_seed(opts.seed)
+            loss.backward()
+
+        if __name__ == "__main__":
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--seed", type=int, default=0)
+            train(parser.parse_args())
+        '''
+    )
+    text = result.output.decode()
+    assert '    """Fit."""\n    dp.init()\n    torch.manual_seed(opts.seed)\n' in text
+    assert text.count("dp.init()") == 1
+    [finding] = findings_of(result, "init-runtime")
+    assert (finding.line, finding.severity) == (7, "change")
+    assert "after the arguments are parsed" in finding.message

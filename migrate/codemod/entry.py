@@ -27,6 +27,7 @@ class EntryPoint:
         self.module = ctx.module
         self.anchor: cst.BaseStatement | None = None
         self.after = False
+        self.parsed_by_the_caller = False  # `main(parser.parse_args())`: main's top comes after the parsing
         if self.q.is_training_script() and self._runs_something():
             _, self.anchor, self.after = self._entry_point()
 
@@ -46,6 +47,8 @@ class EntryPoint:
 
     @property
     def after_parsed_arguments(self) -> bool:
+        if self.parsed_by_the_caller:
+            return True
         return self.anchor is not None and self.after and self._parses_args(self.anchor)
 
     def _entry_point(self) -> tuple[cst.CSTNode, cst.BaseStatement, bool]:
@@ -68,6 +71,20 @@ class EntryPoint:
     def _parses_args(self, statement: cst.CSTNode) -> bool:
         return isinstance(statement, cst.SimpleStatementLine) and bool(self.q.findall(statement, PARSE_ARGS))
 
+    def _parsed_into_a_call(self, parsed: cst.BaseStatement):
+        """``main(parser.parse_args())`` parses and runs the whole job in one line: after that line is
+        after training, so the entry point is the top of ``main``, where the arguments are parsed."""
+        body = parsed.body if isinstance(parsed, cst.SimpleStatementLine) else []
+        if len(body) != 1 or not m.matches(body[0], m.Expr(m.Call(func=m.Name()))):
+            return None
+        function = self.q.module_functions().get(body[0].value.func.value)
+        if function is None or not isinstance(function.body, cst.IndentedBlock):
+            return None
+        self.parsed_by_the_caller = True
+        statements = list(function.body.body)
+        code = [s for s in statements if not _is_docstring(s)] or statements
+        return function.body, code[0], False
+
     def _called_function(self, statements: list[cst.BaseStatement]) -> cst.FunctionDef | None:
         functions = self.q.module_functions()
         for statement in statements:
@@ -81,14 +98,14 @@ class EntryPoint:
     def _in_block(self, block, statements: list[cst.BaseStatement]):
         parsed = _first(statements, self._parses_args)
         if parsed is not None:
-            return block, parsed, True
+            return self._parsed_into_a_call(parsed) or (block, parsed, True)
         body = [s for s in statements if not _is_docstring(s)] or statements
         return block, body[0], False
 
     def _module_top(self, statements: list[cst.BaseStatement]):
         parsed = _first(statements, self._parses_args)
         if parsed is not None:
-            return self.module, parsed, True
+            return self._parsed_into_a_call(parsed) or (self.module, parsed, True)
         code = [s for s in statements if not (_is_docstring(s) or _is_import(s))]
         if code:
             return self.module, code[0], False
