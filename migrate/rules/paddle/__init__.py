@@ -1,11 +1,50 @@
-"""PaddlePaddle: the vocabulary only, so far (no rules yet: files are detected and left alone).
+"""PaddlePaddle: its vocabulary and its conversion rules, in the order the engine runs them.
 
-Detection uses it to say which API generation a file is written in.
+Paddle 2.x/3.x dygraph and the high-level API (``paddle.Model``) are converted by the rules of the
+``_DYGRAPH`` block; static-graph and legacy ``fluid`` scripts by the ``_STATIC`` block (each rule
+acts only on its own generation's calls). Order matters only for reading the converted file and the
+report (every rule reads the original tree): init -> device -> model -> optimizer -> data -> saving,
+printing, logging -> checks. The rules shared with every framework live in ``rules/common`` and read
+this file's :data:`VOCABULARY`; the data-flow decisions written for torch that hold here as well
+(evaluation loaders, dataset-wide training averages) are subclassed, limited to dygraph files.
 """
 
 from __future__ import annotations
 
 from ...codemod.vocabulary import Vocabulary
+from ..common import (
+    DownloadMainProcessFirst,
+    InitRuntime,
+    LocalStop,
+    MainProcessLogging,
+    MainProcessOutput,
+    MainProcessPrint,
+    RankDivergence,
+    SharedFolders,
+)
+from .distributed_model import PaddleDistributedModel
+from .distributed_optimizer import PaddleDistributedOptimizer
+from .distributed_save import PaddleDistributedSave
+from .evaluation_loader import PaddleEvaluationLoader
+from .global_batch_size import PaddleGlobalBatchSize
+from .high_level_api import PaddleHighLevelApi
+from .rank_device import PaddleRankDevice
+from .shard_training_loader import PaddleShardTrainingLoader
+from .training_averages import PaddleTrainingAverages
+
+_DISTRIBUTED = "paddle.distributed"
+_COLLECTIVES = (
+    "all_reduce", "all_gather", "all_gather_object", "alltoall", "alltoall_single", "broadcast",
+    "broadcast_object_list", "barrier", "reduce", "reduce_scatter", "scatter", "scatter_object_list", "gather",
+    "send", "recv", "isend", "irecv", "new_group", "wait",
+)
+# the datasets that fetch their files when built (their ``download`` defaults to True)
+_DOWNLOADING_DATASETS = (
+    *(f"paddle.vision.datasets.{n}" for n in ("MNIST", "FashionMNIST", "Cifar10", "Cifar100", "Flowers", "VOC2012")),
+    *(f"paddle.text.datasets.{n}" for n in (
+        "Conll05st", "Imdb", "Imikolov", "Movielens", "UCIHousing", "WMT14", "WMT16")),
+    *(f"paddle.text.{n}" for n in ("Conll05st", "Imdb", "Imikolov", "Movielens", "UCIHousing", "WMT14", "WMT16")),
+)
 
 VOCABULARY = Vocabulary(
     framework="paddle",
@@ -17,6 +56,59 @@ VOCABULARY = Vocabulary(
         ("paddle.static", "static"),
         ("paddle.enable_static", "static"),
     ),
+    distributed_prefixes=(
+        f"{_DISTRIBUTED}.fleet", f"{_DISTRIBUTED}.init_parallel_env", f"{_DISTRIBUTED}.ParallelEnv",
+        f"{_DISTRIBUTED}.parallel", f"{_DISTRIBUTED}.get_rank", f"{_DISTRIBUTED}.get_world_size",
+        *(f"{_DISTRIBUTED}.{n}" for n in _COLLECTIVES),
+        "paddle.DataParallel", "paddle.io.DistributedBatchSampler",
+    ),
+    distributed_description="paddle.distributed (fleet, init_parallel_env, collectives) / paddle.DataParallel / "
+    "DistributedBatchSampler",
+    multiprocessing_prefixes=(f"{_DISTRIBUTED}.spawn", f"{_DISTRIBUTED}.launch"),
+    multiprocessing_description="paddle.distributed.spawn",
+    # `model.fit(...)` of the high-level API trains as a backward pass does: a script calling it trains
+    backward_methods=("backward", "fit", "train_batch"),
+    optimizer_step_methods=("step", "minimize"),
+    data_loaders=frozenset({"paddle.io.DataLoader", "paddle.io.reader.DataLoader"}),
+    optimizer_prefix="paddle.optimizer.",
+    not_optimizer_prefixes=("paddle.optimizer.lr", "paddle.optimizer.Optimizer", "paddle.optimizer.optimizer"),
+    parameter_methods=("parameters", "named_parameters"),
+    save_calls=frozenset({"paddle.save", "paddle.framework.save", "paddle.framework.io.save"}),
+    download_prefixes=(
+        "paddle.utils.download.", "paddle.hub.load", "paddle.hub.download", *_DOWNLOADING_DATASETS,
+    ),
+    pretrained_prefixes=("paddle.vision.models.", "paddlenlp.transformers."),
+    rank_calls=frozenset({f"{_DISTRIBUTED}.get_rank"}),
+    collectives=frozenset({
+        *(f"{_DISTRIBUTED}.{n}" for n in _COLLECTIVES),
+        "paddle.DataParallel", f"{_DISTRIBUTED}.fleet.distributed_model",
+    }),
+    collective_aliases=((f"{_DISTRIBUTED}.", "dist."),),
 )
 
-RULES = ()
+_DYGRAPH = (
+    InitRuntime,
+    PaddleRankDevice,
+    PaddleDistributedModel,
+    PaddleDistributedOptimizer,
+    PaddleShardTrainingLoader,
+    PaddleEvaluationLoader,
+    PaddleTrainingAverages,
+    PaddleGlobalBatchSize,
+    PaddleHighLevelApi,
+    DownloadMainProcessFirst,
+    PaddleDistributedSave,
+)
+
+_STATIC: tuple = ()  # static-graph and fluid rules
+
+_CHECKS = (
+    MainProcessPrint,
+    MainProcessLogging,
+    MainProcessOutput,
+    SharedFolders,
+    LocalStop,
+    RankDivergence,
+)
+
+RULES = (*_DYGRAPH, *_STATIC, *_CHECKS)
