@@ -25,11 +25,14 @@ from ...codemod.query import Query, parameter_owners
 HIGH_LEVEL_MODEL = {"paddle.Model", "paddle.hapi.Model", "paddle.hapi.model.Model"}
 STATIC_PACKAGES = ("paddle.static", "paddle.fluid")
 STATIC_CALLS = {"paddle.enable_static"}
+# names under paddle.static that dygraph scripts use too (the input signature of paddle.jit.save / to_static)
+DYGRAPH_TOO = {"paddle.static", "paddle.static.InputSpec", "paddle.static.input.InputSpec"}
 
 
 class Generation:
     """``static``: the file builds a static graph (``paddle.static``, ``paddle.enable_static()``) or uses
-    ``paddle.fluid``; the dygraph rules leave it to the static rules."""
+    ``paddle.fluid``; the dygraph rules leave it to the static rules. ``paddle.static.InputSpec`` alone
+    (the signature ``paddle.jit.save`` exports a dygraph layer with) does not make a file static."""
 
     def __init__(self, ctx) -> None:
         q: Query = ctx.query
@@ -38,9 +41,8 @@ class Generation:
         if not index.possible([*STATIC_PACKAGES, *STATIC_CALLS]):
             return
         for node in index.of_type(ctx.module, cst.Attribute, cst.Name):
-            if any(index.qualified_names_under(node, p) for p in STATIC_PACKAGES) or index.qualified_names_among(
-                node, STATIC_CALLS
-            ):
+            names = {n for p in STATIC_PACKAGES for n in index.qualified_names_under(node, p)} - DYGRAPH_TOO
+            if names or index.qualified_names_among(node, STATIC_CALLS):
                 self.static = True
                 return
 
