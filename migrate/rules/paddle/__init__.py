@@ -64,7 +64,7 @@ VOCABULARY = Vocabulary(
     ),
     distributed_description="paddle.distributed (fleet, init_parallel_env, collectives) / paddle.DataParallel / "
     "DistributedBatchSampler",
-    multiprocessing_prefixes=(f"{_DISTRIBUTED}.spawn", f"{_DISTRIBUTED}.launch"),
+    multiprocessing_prefixes=(f"{_DISTRIBUTED}.spawn",),
     multiprocessing_description="paddle.distributed.spawn",
     # `model.fit(...)` of the high-level API trains as a backward pass does: a script calling it trains
     backward_methods=("backward", "fit", "train_batch"),
