@@ -11,7 +11,8 @@ shuffling, plain SGD), as ``test_fixtures_execute.py`` does for torch:
 
 ``execute.json`` may hold ``args`` (extra arguments for every run), ``save_arg`` (what ``--save`` is given,
 ``{}`` standing for the run's name; default ``"{}.pdparams"``; ``"{}"`` for ``paddle.Model.save``, which adds
-the suffix itself) and
+the suffix itself), ``same_lines`` (words of printed lines that must read the same in the 2-rank run as in
+the original: exact metrics of a sharded evaluation, all-reduced) and
 ``model`` (a Layer class of ``before.py``: the 2-rank checkpoint must load into it with exactly its keys).
 
 One framework per process: the scripts run in subprocesses; checkpoints are read by
@@ -85,6 +86,12 @@ def _settings(case):
     return settings.get("args", []), settings.get("save_arg", "{}.pdparams"), settings.get("model")
 
 
+def _lines_with(output, words):
+    """The printed lines holding one of ``words``, without the launcher's ``[rank0] `` prefix."""
+    lines = [line.split("] ", 1)[1] if line.startswith("[rank") else line for line in output.splitlines()]
+    return [line for line in lines if any(w in line for w in words)]
+
+
 SAVED = "{}.pdparams"  # the checkpoint a run named {} writes
 
 
@@ -96,12 +103,15 @@ def test_converted_paddle_fixture_on_two_processes_matches_the_original_and_stil
     (tmp_path / "after.py").write_bytes((case / "after.py").read_bytes())
     (tmp_path / "after_global.py").write_bytes(run(case, batch="global").output)
 
-    _python(["before.py", "--batch-size", "32", "--save", save_arg.format("single"), *extra], tmp_path)
+    original = _python(["before.py", "--batch-size", "32", "--save", save_arg.format("single"), *extra], tmp_path)
     _python(["after.py", "--batch-size", "32", "--save", save_arg.format("plain"), *extra], tmp_path)
     started = time.perf_counter()
     job = _launch("after_global.py", ["--batch-size", "32", "--save", save_arg.format("launched"), *extra], tmp_path)
     print(f"{case.name}: 2-rank converted job {time.perf_counter() - started:.1f} s wall")
     assert "all 2 ranks finished" in job.stderr
+    same = json.loads((case / "execute.json").read_text()).get("same_lines", [])
+    if same:  # printed once (the main process), with the original's values
+        assert _lines_with(original.stdout, same) and _lines_with(job.stdout, same) == _lines_with(original.stdout, same)
     single, plain, launched = _arrays(tmp_path, *(SAVED.format(n) for n in ("single", "plain", "launched")))
     _assert_same_parameters(single, plain)  # the checked-in conversion, not launched: the original's run
     _assert_same_parameters(single, launched)  # 2 ranks x 16 == 1 process x 32

@@ -316,3 +316,14 @@ def test_paddle_vision_datasets_download_on_the_main_process_first():
         net(paddle.ones([1, 2])).sum().backward()
         ''')
     assert 'with dp.main_process_first():\n    train = Cifar10(mode="train")' in result.output.decode()
+
+
+def test_parameters_given_positionally_after_the_learning_rate_make_a_model():
+    result = convert_text('''\
+        import paddle
+        net = paddle.nn.Linear(2, 1)
+        opt = paddle.optimizer.SGD(0.1, net.parameters())
+        net(paddle.ones([1, 2])).sum().backward()
+        opt.step()
+        ''')
+    assert "net = dp.distributed_model(net)\n" in result.output.decode()
