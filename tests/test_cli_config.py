@@ -29,6 +29,7 @@ from cli_samples import (
 
 from dpmigrate.cli import main
 from dpmigrate.findings import Options
+from dpmigrate.rules import all_rules
 
 KEYS = "batch, exclude, framework, ignore, scale-lr, select"
 
@@ -228,7 +229,7 @@ def test_an_unknown_rule_is_a_usage_error_listing_the_rules(project, capsys, fla
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith(f"dpmigrate: error: {flag}: unknown rules 'save-all', 'print-once'; the rules are: "
                            "init-runtime, rank-device, device-variable, replace-data-parallel, distributed-model, ")
-    assert last.endswith(", rank-divergent-code")
+    assert ", rank-divergent-code" in last and last.endswith(all_rules()[-1].name)
     assert script.read_bytes() == TORCH_SCRIPT
 
 
