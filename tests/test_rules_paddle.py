@@ -327,3 +327,15 @@ def test_parameters_given_positionally_after_the_learning_rate_make_a_model():
         opt.step()
         ''')
     assert "net = dp.distributed_model(net)\n" in result.output.decode()
+
+
+def test_high_level_summary_is_printed_by_the_main_process_only_unless_its_value_is_kept():
+    result = convert_text('''\
+        import paddle
+        model = paddle.Model(paddle.nn.Linear(2, 1))
+        model.summary((1, 2))
+        info = model.summary((1, 2))
+        model.fit(train_ds, batch_size=4)
+        ''')
+    out = result.output.decode()
+    assert "if dp.is_main_process():\n    model.summary((1, 2))\ninfo = model.summary((1, 2))\n" in out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
 from ._analyses import HighLevelModels, is_static
 
@@ -20,6 +21,8 @@ class PaddleHighLevelApi(Rule):
     Example:  model.save("ckpt/final")              model.save("ckpt/final")
               model.load("ckpt/final")      ->      dp.barrier()
                                                     model.load("ckpt/final")
+    ``model.summary(...)`` (a table printed by every rank otherwise) runs on the main process only: it
+    runs the layer itself, not its DataParallel wrapper, so no rank waits for it.
     Leaves alone: everything else of the high-level API (it is distributed already); a ``load`` that is
     not a statement of its own (declined); static-graph files.
     """
@@ -35,6 +38,8 @@ class PaddleHighLevelApi(Rule):
                         "paddle.Model distributes itself once dp.init() has joined the job: prepare() wraps the "
                         "network in DataParallel and fit()/evaluate() shard a Dataset; its network and optimizer "
                         "are not wrapped again")
+        for summary in high_level.of("summary"):
+            self._main_process_only(summary.call)
         saves = [c for c in high_level.of("save")]
         for save in saves:
             self.report(save.call, "note", f"{save.model}.save(...) writes on (local) rank 0 only, as paddle.Model "
@@ -60,3 +65,21 @@ class PaddleHighLevelApi(Rule):
             self.ctx.plan.insert_before(statement, self.statement("{dp}.barrier()\n"))
             self.report(load.call, "change", f"dp.barrier() before {load.model}.load(...): rank 0 writes the "
                         "checkpoint alone, the others wait until it is complete")
+
+    def _main_process_only(self, call: cst.Call) -> None:
+        statement = self.q.statement_of(call)
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call):
+            return  # its result is kept: every rank needs it
+        if self.ctx.analysis(RankAnalysis).rank_condition(call) is not None:
+            return
+
+        def guarded(statements):
+            first = statements[0]
+            return cst.If(test=self.dp("is_main_process()"),
+                          body=cst.IndentedBlock(body=[first.with_changes(leading_lines=())]),
+                          leading_lines=first.leading_lines)
+
+        if self.ctx.plan.group([statement], guarded):
+            self.report(call, "change", "model summary printed by the main process only "
+                        "(under `if dp.is_main_process():`)")
