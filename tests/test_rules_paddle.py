@@ -142,10 +142,11 @@ def test_a_cpu_device_stays_and_a_computed_device_is_declined_with_the_fix():
         paddle.set_device("cpu")
         paddle.set_device(pick_device())
         place = paddle.CUDAPlace(0)
+        x = paddle.ones([2]).cuda(0)
         ''', select=("paddle-rank-device",))
     out = result.output.decode()
     assert 'paddle.set_device("cpu")' in out and "paddle.set_device(pick_device())" in out
-    assert "place = paddle.CUDAPlace(dp.local_rank())" in out
+    assert "place = paddle.CUDAPlace(dp.local_rank())" in out and ".cuda(dp.local_rank())" in out
     [declined] = findings_of(result, "paddle-rank-device", "declined")
     assert declined.line == 3 and "dp.device()" in declined.fix
 

@@ -31,6 +31,7 @@ class PaddleRankDevice(Rule):
               paddle.set_device(args.device)
            -> paddle.set_device(dp.device() if args.device.startswith("gpu") else args.device)
               place = paddle.CUDAPlace(0)             -> place = paddle.CUDAPlace(dp.local_rank())
+              x = x.cuda(0)                           -> x = x.cuda(dp.local_rank())   (``.cuda()`` follows set_device)
     Leaves alone: ``"cpu"`` (a CPU script stays on the CPU); a device computed by a call (declined);
     ``CUDA_VISIBLE_DEVICES`` set by the script (declined); static-graph files (the static rules).
     """
@@ -44,6 +45,12 @@ class PaddleRankDevice(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if self.q.is_call_to(node, SET_DEVICE):
             self._set_device(node)
+        elif m.matches(node.func, m.Attribute(attr=m.Name("cuda"))) and node.args and isinstance(
+            node.args[0].value, cst.Integer
+        ) and not (isinstance(node.func.value, (cst.Name, cst.Attribute)) and self.q.named_under(node.func.value, "paddle")):
+            arg = node.args[0]
+            self.ctx.plan.replace(arg, lambda a: a.with_changes(value=self.dp("local_rank()")))
+            self.report(node, "change", f".cuda({self.code(arg.value)}) -> .cuda(dp.local_rank()): this rank's card")
         elif self.q.is_call_to(node, CUDA_PLACE) and node.args:
             arg = node.args[0]
             self.ctx.plan.replace(arg, lambda a: a.with_changes(value=self.dp("local_rank()")))
