@@ -278,8 +278,21 @@ def test_static_graph_files_are_left_to_the_static_rules():
         '''
     result = convert_text(source)
     dygraph = {"paddle-rank-device", "paddle-distributed-model", "paddle-distributed-optimizer",
-               "paddle-distributed-save", "paddle-shard-training-loader"}
+               "paddle-shard-training-loader"}
     assert not [f for f in result.findings if f.rule in dygraph]
+    # a static program's state_dict is still saved once, by rank 0 (dp.save works in static mode)
+    assert 'dp.save(paddle.static.default_main_program().state_dict(), "m.pdparams")' in result.output.decode()
+
+
+def test_fluid_files_are_left_to_the_fluid_rules_even_their_paddle_save():
+    result = convert_text('''\
+        import paddle
+        import paddle.fluid as fluid
+        opt = fluid.optimizer.SGD(learning_rate=0.1)
+        opt.minimize(loss)
+        paddle.save(fluid.default_main_program().state_dict(), "m.pdparams")
+        ''')
+    assert not findings_of(result, "paddle-distributed-save")
 
 
 def test_a_file_using_data_parallel_by_hand_is_left_alone():

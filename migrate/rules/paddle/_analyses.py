@@ -38,17 +38,24 @@ class Generation:
         q: Query = ctx.query
         index = q.index
         self.static = False
+        self.fluid = False  # Paddle <= 2.5's fluid: the static rules write Fleet code, not the runtime's
         if not index.possible([*STATIC_PACKAGES, *STATIC_CALLS]):
             return
         for node in index.of_type(ctx.module, cst.Attribute, cst.Name):
             names = {n for p in STATIC_PACKAGES for n in index.qualified_names_under(node, p)} - DYGRAPH_TOO
             if names or index.qualified_names_among(node, STATIC_CALLS):
                 self.static = True
+            if index.qualified_names_under(node, "paddle.fluid"):
+                self.fluid = True
                 return
 
 
 def is_static(ctx) -> bool:
     return ctx.analysis(Generation).static
+
+
+def is_fluid(ctx) -> bool:
+    return ctx.analysis(Generation).fluid
 
 
 @dataclasses.dataclass

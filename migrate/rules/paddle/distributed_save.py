@@ -7,7 +7,7 @@ import libcst as cst
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
 from ..torch._models import Models
-from ._analyses import argument, is_static
+from ._analyses import argument, is_fluid, is_static
 
 JIT_SAVE = {"paddle.jit.save", "paddle.jit.api.save"}
 
@@ -30,19 +30,20 @@ class PaddleDistributedSave(Rule):
     ``rank-divergent-code`` check reports such saves).
     Leaves alone (declined): a save already under a rank condition (``if rank == 0:``); a whole wrapped
     model (``paddle.save(model, ...)``: save its ``state_dict()``); a ``paddle.jit.save`` that is not a
-    statement of its own; static-graph files (the static rules).
+    statement of its own; ``paddle.jit.save`` in static-graph files and anything in fluid files (the static
+    rules). ``paddle.save`` of a static program's ``state_dict()`` becomes ``dp.save`` too (it works in static mode).
     """
 
     name = "paddle-distributed-save"
 
     def run(self) -> None:
-        if not is_static(self.ctx):
+        if not is_fluid(self.ctx):
             super().run()
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.q.is_call_to(node, self.vocabulary.save_calls):
             self._save(node)
-        elif self.q.is_call_to(node, JIT_SAVE):
+        elif self.q.is_call_to(node, JIT_SAVE) and not is_static(self.ctx):
             self._jit_save(node)
 
     def _guarded(self, node: cst.Call, what: str) -> bool:
