@@ -353,3 +353,23 @@ def test_high_level_summary_is_printed_by_the_main_process_only_unless_its_value
         ''')
     out = result.output.decode()
     assert "if dp.is_main_process():\n    model.summary((1, 2))\ninfo = model.summary((1, 2))\n" in out
+
+
+def test_input_spec_alone_is_dygraph_and_static_graph_names_are_static():
+    dygraph = convert_text('''\
+        import paddle
+        from paddle.static import InputSpec
+        net = paddle.nn.Linear(2, 1)
+        opt = paddle.optimizer.SGD(parameters=net.parameters())
+        net(paddle.ones([1, 2])).sum().backward()
+        opt.step()
+        paddle.jit.save(net, "infer/net", input_spec=[InputSpec([None, 2])])
+        ''')
+    assert dygraph.generation == "dygraph" and "dp.distributed_optimizer(" in dygraph.output.decode()
+    static = convert_text('''\
+        import paddle
+        x = paddle.static.data("x", [None, 2])
+        opt = paddle.optimizer.SGD(learning_rate=0.1)
+        opt.minimize(paddle.mean(x))
+        ''')
+    assert static.generation == "static" and not findings_of(static, "paddle-distributed-optimizer")

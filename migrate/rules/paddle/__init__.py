@@ -46,6 +46,16 @@ _DOWNLOADING_DATASETS = (
     *(f"paddle.text.{n}" for n in ("Conll05st", "Imdb", "Imikolov", "Movielens", "UCIHousing", "WMT14", "WMT16")),
 )
 
+# what builds or runs a static graph under paddle.static (not InputSpec: dygraph scripts give it to paddle.jit.save)
+_STATIC_GRAPH = (
+    "data", "Program", "program_guard", "Executor", "default_main_program", "default_startup_program", "nn",
+    "save", "load", "save_inference_model", "load_inference_model", "CompiledProgram", "BuildStrategy",
+    "ExecutionStrategy", "ParallelExecutor", "append_backward", "gradients", "global_scope", "scope_guard",
+    "cpu_places", "cuda_places", "create_global_var", "create_parameter", "Variable", "name_scope", "py_func",
+    "accuracy", "auc", "set_program_state", "load_program_state", "serialize_program", "deserialize_program",
+    "normalize_program", "amp", "device_guard", "ipu_shard_guard", "Print",
+)
+
 VOCABULARY = Vocabulary(
     framework="paddle",
     display_name="PaddlePaddle",
@@ -53,8 +63,8 @@ VOCABULARY = Vocabulary(
     default_generation="dygraph",
     generations=(
         ("paddle.fluid", "fluid"),
-        ("paddle.static", "static"),
         ("paddle.enable_static", "static"),
+        *((f"paddle.static.{name}", "static") for name in _STATIC_GRAPH),
     ),
     distributed_prefixes=(
         f"{_DISTRIBUTED}.fleet", f"{_DISTRIBUTED}.init_parallel_env", f"{_DISTRIBUTED}.ParallelEnv",

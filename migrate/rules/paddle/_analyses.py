@@ -21,37 +21,37 @@ import libcst as cst
 
 from ...codemod.loaders import Loader, LoaderFlow, own_sampling
 from ...codemod.query import Query, parameter_owners
+from ...codemod.vocabulary import matches
 
 HIGH_LEVEL_MODEL = {"paddle.Model", "paddle.hapi.Model", "paddle.hapi.model.Model"}
-STATIC_PACKAGES = ("paddle.static", "paddle.fluid")
-STATIC_CALLS = {"paddle.enable_static"}
-# names under paddle.static that dygraph scripts use too (the input signature of paddle.jit.save / to_static)
-DYGRAPH_TOO = {"paddle.static", "paddle.static.InputSpec", "paddle.static.input.InputSpec"}
 
 
 class Generation:
-    """``static``: the file builds a static graph (``paddle.static``, ``paddle.enable_static()``) or uses
-    ``paddle.fluid``; the dygraph rules leave it to the static rules. ``paddle.static.InputSpec`` alone
-    (the signature ``paddle.jit.save`` exports a dygraph layer with) does not make a file static."""
+    """``static``: the file builds a static graph (``paddle.enable_static()``, ``paddle.static.data``,
+    ``Executor``...: the vocabulary's "static" generation, where ``paddle.static.InputSpec`` alone, the
+    signature ``paddle.jit.save`` exports a dygraph layer with, does not count); ``fluid``: it uses
+    ``paddle.fluid`` and nothing of Paddle 2's static graph (the fluid rules write Fleet code for it).
+    The dygraph rules leave static files to the static rules."""
 
     def __init__(self, ctx) -> None:
-        q: Query = ctx.query
-        index = q.index
+        index = ctx.query.index
+        generations = ctx.vocabulary.generations
+        static = tuple(prefix for prefix, generation in generations if generation == "static")
+        fluid = tuple(prefix for prefix, generation in generations if generation == "fluid")
         self.static = False
-        self.fluid = False  # Paddle <= 2.5's fluid: the static rules write Fleet code, not the runtime's
-        if not index.possible([*STATIC_PACKAGES, *STATIC_CALLS]):
-            return
-        for node in index.of_type(ctx.module, cst.Attribute, cst.Name):
-            names = {n for p in STATIC_PACKAGES for n in index.qualified_names_under(node, p)} - DYGRAPH_TOO
-            if names or index.qualified_names_among(node, STATIC_CALLS):
-                self.static = True
-            if index.qualified_names_under(node, "paddle.fluid"):
-                self.fluid = True
-                return
+        uses_fluid = False
+        if index.possible([*static, *fluid]):
+            for node in index.of_type(ctx.module, cst.Attribute, cst.Name):
+                names = index.qualified_names_under(node, "paddle")
+                self.static = self.static or any(matches(n, static) for n in names)
+                uses_fluid = uses_fluid or any(matches(n, fluid) for n in names)
+        self.fluid = uses_fluid and not self.static
 
 
 def is_static(ctx) -> bool:
-    return ctx.analysis(Generation).static
+    """Static graph or fluid."""
+    generation = ctx.analysis(Generation)
+    return generation.static or generation.fluid
 
 
 def is_fluid(ctx) -> bool:
