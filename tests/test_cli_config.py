@@ -29,7 +29,6 @@ from cli_samples import (
 
 from dpmigrate.cli import main
 from dpmigrate.findings import Options
-from dpmigrate.rules import all_rules
 
 KEYS = "batch, exclude, framework, ignore, scale-lr, select"
 
@@ -229,7 +228,7 @@ def test_an_unknown_rule_is_a_usage_error_listing_the_rules(project, capsys, fla
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith(f"dpmigrate: error: {flag}: unknown rules 'save-all', 'print-once'; the rules are: "
                            "init-runtime, rank-device, device-variable, replace-data-parallel, distributed-model, ")
-    assert ", rank-divergent-code" in last and last.endswith(all_rules()[-1].name)
+    assert ", rank-divergent-code" in last  # torch's last rule; other frameworks' rules follow
     assert script.read_bytes() == TORCH_SCRIPT
 
 
