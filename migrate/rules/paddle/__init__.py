@@ -1,12 +1,13 @@
 """PaddlePaddle: its vocabulary and its conversion rules, in the order the engine runs them.
 
 Paddle 2.x/3.x dygraph and the high-level API (``paddle.Model``) are converted by the rules of the
-``_DYGRAPH`` block; static-graph and legacy ``fluid`` scripts by the ``_STATIC`` block (each rule
-acts only on its own generation's calls). Order matters only for reading the converted file and the
-report (every rule reads the original tree): init -> device -> model -> optimizer -> data -> saving,
-printing, logging -> checks. The rules shared with every framework live in ``rules/common`` and read
-this file's :data:`VOCABULARY`; the data-flow decisions written for torch that hold here as well
-(evaluation loaders, dataset-wide training averages) are subclassed, limited to dygraph files.
+``_DYGRAPH`` block, which leave static-graph and legacy ``fluid`` files (``_analyses.Generation``,
+from the vocabulary's generations) to the static rules appended at the end of this file. Order
+matters only for reading the converted file and the report (every rule reads the original tree):
+init -> device -> model -> optimizer -> data -> saving, printing, logging -> checks. The rules
+shared with every framework live in ``rules/common`` and read this file's :data:`VOCABULARY`; the
+data-flow decisions written for torch that hold here as well (evaluation loaders, dataset-wide
+training averages) are subclassed, limited to dygraph files.
 """
 
 from __future__ import annotations
@@ -110,8 +111,6 @@ _DYGRAPH = (
     PaddleDistributedSave,
 )
 
-_STATIC: tuple = ()  # static-graph and fluid rules
-
 _CHECKS = (
     MainProcessPrint,
     MainProcessLogging,
@@ -121,4 +120,5 @@ _CHECKS = (
     RankDivergence,
 )
 
-RULES = (*_DYGRAPH, *_STATIC, *_CHECKS)
+RULES = (*_DYGRAPH, *_CHECKS)
+# The static-graph and fluid rules (paddle-static) append their block below: their rules after these.
