@@ -266,11 +266,14 @@ def _loops_in_classes(query: Query, scope: cst.CSTNode, name: str) -> list[Loop]
 
 
 def _iterated(iterable: cst.BaseExpression) -> cst.BaseExpression:
-    """``self.loader`` in ``enumerate(self.loader)`` or ``tqdm(self.loader)``; the iterable itself otherwise."""
+    """``self.loader`` in ``enumerate(self.loader)``, ``tqdm(self.loader)`` or ``self.loader()`` (Paddle's
+    callable loader); the iterable itself otherwise."""
     if isinstance(iterable, cst.Call) and iterable.args and not (
         isinstance(iterable.func, cst.Name) and iterable.func.value in ("len", "range")
     ):
-        return iterable.args[0].value
+        iterable = iterable.args[0].value
+    if isinstance(iterable, cst.Call) and not iterable.args and isinstance(iterable.func, cst.Attribute):
+        return iterable.func
     return iterable
 
 
@@ -309,10 +312,15 @@ def _training_methods(query: Query, cls: cst.ClassDef) -> set[str]:
 
 
 def _iterates(iterable: cst.BaseExpression, name: str) -> bool:
-    """``x``, ``enumerate(x)``, ``tqdm(x, ...)``, ``zip(x, y)`` read ``x``; ``range(len(x))`` does not."""
+    """``x``, ``enumerate(x)``, ``tqdm(x, ...)``, ``zip(x, y)`` read ``x``; ``range(len(x))`` does not.
+
+    ``x()`` reads it too: Paddle's DataLoader is also iterated by calling it (``for x, y in loader():``).
+    """
     if isinstance(iterable, cst.Name):
         return iterable.value == name
     if isinstance(iterable, cst.Call):
+        if m.matches(iterable, m.Call(func=m.Name(name), args=[])):
+            return True
         if m.matches(iterable.func, m.Name("len") | m.Name("range")):
             return False
         return any(_iterates(a.value, name) for a in iterable.args)

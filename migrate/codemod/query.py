@@ -207,9 +207,13 @@ def parameter_call(query: Query) -> m.Call:
 
 
 def parameter_owners(query: Query, call: cst.Call) -> list[str]:
-    """Models whose parameters an optimizer takes: ``SGD(model.fc.parameters())`` gives ``["model"]``."""
-    params = [a.value for a in call.args if a.keyword is None][:1]
-    params += [a.value for a in call.args if a.keyword is not None and a.keyword.value == "params"]
+    """Models whose parameters an optimizer takes: ``SGD(model.fc.parameters())`` gives ``["model"]``.
+
+    Given positionally (first in torch; second in Paddle: ``SGD(0.1, net.parameters())``), or as
+    ``params=`` (torch) or ``parameters=`` (Paddle).
+    """
+    params = [a.value for a in call.args if a.keyword is None]
+    params += [a.value for a in call.args if a.keyword is not None and a.keyword.value in ("params", "parameters")]
     owners: list[str] = []
     for root in params:
         for found in query.findall(root, parameter_call(query)):

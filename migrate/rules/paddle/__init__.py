@@ -1,11 +1,61 @@
-"""PaddlePaddle: the vocabulary only, so far (no rules yet: files are detected and left alone).
+"""PaddlePaddle: its vocabulary and its conversion rules, in the order the engine runs them.
 
-Detection uses it to say which API generation a file is written in.
+Paddle 2.x/3.x dygraph and the high-level API (``paddle.Model``) are converted by the rules of the
+``_DYGRAPH`` block, which leave static-graph and legacy ``fluid`` files (``_analyses.Generation``,
+from the vocabulary's generations) to the static rules appended at the end of this file. Order
+matters only for reading the converted file and the report (every rule reads the original tree):
+init -> device -> model -> optimizer -> data -> saving, printing, logging -> checks. The rules
+shared with every framework live in ``rules/common`` and read this file's :data:`VOCABULARY`; the
+data-flow decisions written for torch that hold here as well (evaluation loaders, dataset-wide
+training averages) are subclassed, limited to dygraph files.
 """
 
 from __future__ import annotations
 
 from ...codemod.vocabulary import Vocabulary
+from ..common import (
+    DownloadMainProcessFirst,
+    InitRuntime,
+    LocalStop,
+    MainProcessLogging,
+    MainProcessOutput,
+    MainProcessPrint,
+    RankDivergence,
+    SharedFolders,
+)
+from .distributed_model import PaddleDistributedModel
+from .distributed_optimizer import PaddleDistributedOptimizer
+from .distributed_save import PaddleDistributedSave
+from .evaluation_loader import PaddleEvaluationLoader
+from .global_batch_size import PaddleGlobalBatchSize
+from .high_level_api import PaddleHighLevelApi
+from .rank_device import PaddleRankDevice
+from .shard_training_loader import PaddleShardTrainingLoader
+from .training_averages import PaddleTrainingAverages
+
+_DISTRIBUTED = "paddle.distributed"
+_COLLECTIVES = (
+    "all_reduce", "all_gather", "all_gather_object", "alltoall", "alltoall_single", "broadcast",
+    "broadcast_object_list", "barrier", "reduce", "reduce_scatter", "scatter", "scatter_object_list", "gather",
+    "send", "recv", "isend", "irecv", "new_group", "wait",
+)
+# the datasets that fetch their files when built (their ``download`` defaults to True)
+_DOWNLOADING_DATASETS = (
+    *(f"paddle.vision.datasets.{n}" for n in ("MNIST", "FashionMNIST", "Cifar10", "Cifar100", "Flowers", "VOC2012")),
+    *(f"paddle.text.datasets.{n}" for n in (
+        "Conll05st", "Imdb", "Imikolov", "Movielens", "UCIHousing", "WMT14", "WMT16")),
+    *(f"paddle.text.{n}" for n in ("Conll05st", "Imdb", "Imikolov", "Movielens", "UCIHousing", "WMT14", "WMT16")),
+)
+
+# what builds or runs a static graph under paddle.static (not InputSpec: dygraph scripts give it to paddle.jit.save)
+_STATIC_GRAPH = (
+    "data", "Program", "program_guard", "Executor", "default_main_program", "default_startup_program", "nn",
+    "save", "load", "save_inference_model", "load_inference_model", "CompiledProgram", "BuildStrategy",
+    "ExecutionStrategy", "ParallelExecutor", "append_backward", "gradients", "global_scope", "scope_guard",
+    "cpu_places", "cuda_places", "create_global_var", "create_parameter", "Variable", "name_scope", "py_func",
+    "accuracy", "auc", "set_program_state", "load_program_state", "serialize_program", "deserialize_program",
+    "normalize_program", "amp", "device_guard", "ipu_shard_guard", "Print",
+)
 
 VOCABULARY = Vocabulary(
     framework="paddle",
@@ -14,9 +64,61 @@ VOCABULARY = Vocabulary(
     default_generation="dygraph",
     generations=(
         ("paddle.fluid", "fluid"),
-        ("paddle.static", "static"),
         ("paddle.enable_static", "static"),
+        *((f"paddle.static.{name}", "static") for name in _STATIC_GRAPH),
     ),
+    distributed_prefixes=(
+        f"{_DISTRIBUTED}.fleet", f"{_DISTRIBUTED}.init_parallel_env", f"{_DISTRIBUTED}.ParallelEnv",
+        f"{_DISTRIBUTED}.parallel", f"{_DISTRIBUTED}.get_rank", f"{_DISTRIBUTED}.get_world_size",
+        *(f"{_DISTRIBUTED}.{n}" for n in _COLLECTIVES),
+        "paddle.DataParallel", "paddle.io.DistributedBatchSampler",
+    ),
+    distributed_description="paddle.distributed (fleet, init_parallel_env, collectives) / paddle.DataParallel / "
+    "DistributedBatchSampler",
+    multiprocessing_prefixes=(f"{_DISTRIBUTED}.spawn",),
+    multiprocessing_description="paddle.distributed.spawn",
+    # `model.fit(...)` of the high-level API trains as a backward pass does: a script calling it trains
+    backward_methods=("backward", "fit", "train_batch"),
+    optimizer_step_methods=("step", "minimize"),
+    data_loaders=frozenset({"paddle.io.DataLoader", "paddle.io.reader.DataLoader"}),
+    optimizer_prefix="paddle.optimizer.",
+    not_optimizer_prefixes=("paddle.optimizer.lr", "paddle.optimizer.Optimizer", "paddle.optimizer.optimizer"),
+    parameter_methods=("parameters", "named_parameters"),
+    save_calls=frozenset({"paddle.save", "paddle.framework.save", "paddle.framework.io.save"}),
+    download_prefixes=(
+        "paddle.utils.download.", "paddle.hub.load", "paddle.hub.download", *_DOWNLOADING_DATASETS,
+    ),
+    pretrained_prefixes=("paddle.vision.models.", "paddlenlp.transformers."),
+    rank_calls=frozenset({f"{_DISTRIBUTED}.get_rank"}),
+    collectives=frozenset({
+        *(f"{_DISTRIBUTED}.{n}" for n in _COLLECTIVES),
+        "paddle.DataParallel", f"{_DISTRIBUTED}.fleet.distributed_model",
+    }),
+    collective_aliases=((f"{_DISTRIBUTED}.", "dist."),),
 )
 
-RULES = ()
+_DYGRAPH = (
+    InitRuntime,
+    PaddleRankDevice,
+    PaddleDistributedModel,
+    PaddleDistributedOptimizer,
+    PaddleShardTrainingLoader,
+    PaddleEvaluationLoader,
+    PaddleTrainingAverages,
+    PaddleGlobalBatchSize,
+    PaddleHighLevelApi,
+    DownloadMainProcessFirst,
+    PaddleDistributedSave,
+)
+
+_CHECKS = (
+    MainProcessPrint,
+    MainProcessLogging,
+    MainProcessOutput,
+    SharedFolders,
+    LocalStop,
+    RankDivergence,
+)
+
+RULES = (*_DYGRAPH, *_CHECKS)
+# The static-graph and fluid rules (paddle-static) append their block below: their rules after these.

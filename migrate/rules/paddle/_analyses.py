@@ -1,0 +1,171 @@
+"""What the Paddle dygraph rules share: which API generation the file is, and its high-level-API models.
+
+Analyses (``ctx.analysis(Kind)``), computed once per file from the original tree:
+
+- :class:`Generation`: static-graph and fluid files belong to the static rules; the dygraph rules
+  (model, optimizer, loaders, saving) leave them to those, so no call is rewritten twice.
+- :class:`HighLevelModels`: ``paddle.Model(network)`` objects and what their methods are handed.
+  Under a launcher the high-level API distributes itself (measured with Paddle 3.3.1: ``prepare``
+  wraps the network in ``DataParallel``; ``fit``/``evaluate`` on a Dataset shard it with
+  ``batch_size`` per rank; a DataLoader handed to ``fit`` is read whole by every rank; ``save``
+  writes on local rank 0 only, without waiting for the other ranks). So the network and the
+  optimizer it is prepared with are not wrapped again, and the loaders it is given are the data
+  rules' business.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+
+from ...codemod.loaders import Loader, LoaderFlow, own_sampling
+from ...codemod.query import Query, parameter_owners
+from ...codemod.vocabulary import matches
+
+HIGH_LEVEL_MODEL = {"paddle.Model", "paddle.hapi.Model", "paddle.hapi.model.Model"}
+
+
+class Generation:
+    """``static``: the file builds a static graph (``paddle.enable_static()``, ``paddle.static.data``,
+    ``Executor``...: the vocabulary's "static" generation, where ``paddle.static.InputSpec`` alone, the
+    signature ``paddle.jit.save`` exports a dygraph layer with, does not count); ``fluid``: it uses
+    ``paddle.fluid`` and nothing of Paddle 2's static graph (the fluid rules write Fleet code for it).
+    The dygraph rules leave static files to the static rules."""
+
+    def __init__(self, ctx) -> None:
+        index = ctx.query.index
+        generations = ctx.vocabulary.generations
+        static = tuple(prefix for prefix, generation in generations if generation == "static")
+        fluid = tuple(prefix for prefix, generation in generations if generation == "fluid")
+        self.static = False
+        uses_fluid = False
+        if index.possible([*static, *fluid]):
+            for node in index.of_type(ctx.module, cst.Attribute, cst.Name):
+                names = index.qualified_names_under(node, "paddle")
+                self.static = self.static or any(matches(n, static) for n in names)
+                uses_fluid = uses_fluid or any(matches(n, fluid) for n in names)
+        self.fluid = uses_fluid and not self.static
+
+
+def is_static(ctx) -> bool:
+    """Static graph or fluid."""
+    generation = ctx.analysis(Generation)
+    return generation.static or generation.fluid
+
+
+def is_fluid(ctx) -> bool:
+    return ctx.analysis(Generation).fluid
+
+
+@dataclasses.dataclass
+class HighLevelCall:
+    """``model.fit(...)``: the method called on a ``paddle.Model`` and the call."""
+
+    model: str
+    method: str
+    call: cst.Call
+
+
+def argument(call: cst.Call, position: int, keyword: str) -> cst.Arg | None:
+    """The argument given at ``position`` (positionally) or as ``keyword=``, else None."""
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if len(positional) > position:
+        return positional[position]
+    return next((a for a in call.args if a.keyword is not None and a.keyword.value == keyword), None)
+
+
+# (method, position, keyword) of the data arguments; the first entry of each method trains for ``fit``
+TRAINING_DATA = {("fit", 0, "train_data")}
+EVALUATION_DATA = {("fit", 1, "eval_data"), ("evaluate", 0, "eval_data"), ("predict", 0, "test_data")}
+
+
+class HighLevelModels:
+    """The file's ``paddle.Model(...)`` objects: their names, networks, method calls and optimizers."""
+
+    def __init__(self, ctx) -> None:
+        q: Query = ctx.query
+        self.q = q
+        self.constructions: list[cst.Call] = []
+        self.names: set[str] = set()  # variables holding a paddle.Model
+        self.networks: set[str] = set()  # variables handed to paddle.Model(...)
+        self.calls: list[HighLevelCall] = []
+        if not q.index.possible(HIGH_LEVEL_MODEL):
+            return
+        for call in q.index.of_type(ctx.module, cst.Call):
+            if not q.is_call_to(call, HIGH_LEVEL_MODEL):
+                continue
+            self.constructions.append(call)
+            network = argument(call, 0, "network")
+            if network is not None and isinstance(network.value, cst.Name):
+                self.networks.add(network.value.value)
+            statement = q.statement_of(call)
+            if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+                small = statement.body[0]
+                if isinstance(small, cst.Assign) and small.value is call:
+                    for target in small.targets:
+                        if isinstance(target.target, cst.Name):
+                            self.names.add(target.target.value)
+        for call in q.index.of_type(ctx.module, cst.Call):
+            func = call.func
+            if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in self.names:
+                self.calls.append(HighLevelCall(func.value.value, func.attr.value, call))
+
+    def of(self, method: str) -> list[HighLevelCall]:
+        return [c for c in self.calls if c.method == method]
+
+    def prepared_optimizers(self) -> set[str]:
+        """Names of the optimizers handed to ``model.prepare(optimizer, ...)``."""
+        names = set()
+        for found in self.of("prepare"):
+            arg = argument(found.call, 0, "optimizer")
+            if arg is not None and isinstance(arg.value, cst.Name):
+                names.add(arg.value.value)
+        return names
+
+    def prepares(self, optimizer: cst.Call) -> bool:
+        """The optimizer built by ``optimizer`` belongs to a high-level model (the API averages its gradients)."""
+        if set(parameter_owners(self.q, optimizer)) & (self.names | self.networks):
+            return True
+        for ancestor in self.q.ancestors(optimizer):
+            if isinstance(ancestor, cst.Call) and any(c.call is ancestor for c in self.of("prepare")):
+                return True
+        statement = self.q.statement_of(optimizer)
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            small = statement.body[0]
+            if isinstance(small, cst.Assign) and any(
+                isinstance(t.target, cst.Name) and t.target.value in self.prepared_optimizers() for t in small.targets
+            ):
+                return True
+        return False
+
+    def data_arguments(self, kinds: set[tuple[str, int, str]]) -> list[tuple[HighLevelCall, cst.Arg]]:
+        found = []
+        for call in self.calls:
+            for method, position, keyword in kinds:
+                if call.method == method:
+                    arg = argument(call.call, position, keyword)
+                    if arg is not None:
+                        found.append((call, arg))
+        return found
+
+    def reads(self, loader: Loader, kinds: set[tuple[str, int, str]]) -> bool:
+        """``loader`` (by its variable, or built inline) is handed to one of the methods in ``kinds``."""
+        for _, arg in self.data_arguments(kinds):
+            if arg.value is loader.call:
+                return True
+            if loader.name and isinstance(arg.value, cst.Name) and arg.value.value == loader.name:
+                return True
+        return False
+
+
+def training_loaders(ctx) -> list[Loader]:
+    """The loaders the dygraph rules shard for training: those a loop trains with, and those handed to a
+    high-level model's ``fit`` as its training data (the API does not shard a DataLoader); not those with a
+    ``batch_sampler=`` of their own (declined)."""
+    high_level = ctx.analysis(HighLevelModels)
+    return [
+        loader for loader in ctx.analysis(LoaderFlow).loaders
+        if (loader.role == "train" or (loader.role == "unknown" and high_level.reads(loader, TRAINING_DATA)))
+        and not own_sampling(loader)
+    ]

@@ -1,0 +1,69 @@
+"""Wrap each trained dygraph Layer with Fleet once it is built and initialised."""
+
+from __future__ import annotations
+
+from ...codemod.rule import Rule
+from ..torch._models import Models
+from ._analyses import HighLevelModels, is_static
+
+
+class PaddleDistributedModel(Rule):
+    """Insert ``model = dp.distributed_model(model)`` after the model's last set-up statement.
+
+    Why: ``fleet.distributed_model`` (a ``paddle.DataParallel``) averages the gradients of all ranks
+    during ``backward()`` and starts every rank from rank 0's parameters; without it every rank trains
+    its own model. It must come after the script's own initialisation (``set_state_dict``...).
+    Example:  model = MLP()                           model = MLP()
+              opt = paddle.optimizer.SGD(     ->      model = dp.distributed_model(model)
+                  parameters=model.parameters())      opt = paddle.optimizer.SGD(parameters=model.parameters())
+    A model is what a ``paddle.optimizer.*`` takes the ``parameters=`` of (the same analysis as the
+    torch rule: factories, ``__main__`` blocks, trainer classes keeping it in ``self.model``).
+    Leaves alone: a network handed to ``paddle.Model(...)`` (the high-level API wraps it itself in
+    ``prepare``: wrapping it twice is wrong); a model built in another function than the one that
+    trains it, or built and trained inside one ``if``/loop/``try`` (declined, with the fix);
+    static-graph files.
+    """
+
+    name = "paddle-distributed-model"
+
+    def finish(self) -> None:
+        if is_static(self.ctx):
+            return
+        high_level = self.ctx.analysis(HighLevelModels)
+        for found in self.ctx.analysis(Models).sites:
+            name, site = found.name, found.site
+            if name in high_level.names or name in high_level.networks:
+                continue  # paddle.Model(network).prepare(...) wraps it in DataParallel itself
+            if found.verdict == "attribute":
+                self.report(
+                    site, "declined",
+                    "the model is held in an attribute (self....): cannot tell where it is built",
+                    "where it is assigned, add `self.model = dp.distributed_model(self.model)`",
+                )
+            elif found.verdict == "elsewhere":
+                self.report(
+                    site, "declined",
+                    f"`{name}` is built outside the function that trains it; cannot tell where to wrap it",
+                    f"where `{name}` is built, add `{name} = dp.distributed_model({name})`",
+                )
+            elif found.verdict == "returned":
+                self.report(
+                    site, "declined",
+                    f"`{name}` is returned by a function that is called more than once, or whose result is not "
+                    "assigned to plain names: cannot tell where the caller finishes setting it up",
+                    "where the caller has built it, add `model = dp.distributed_model(model)`",
+                )
+            elif found.verdict in ("inside", "closure"):
+                self.report(
+                    site, "declined",
+                    f"`{name}` is built and trained inside one block (an `if`, a loop or a `try`): wrapping it "
+                    "after the block would be too late",
+                    f"inside that block, after `{name}` is built, add `{name} = dp.distributed_model({name})`",
+                )
+            else:
+                self.ctx.plan.insert_after(found.anchor, self.statement(f"{name} = {{dp}}.distributed_model({name})\n"))
+                self.report(
+                    found.anchor, "change",
+                    f"{name} = dp.distributed_model({name}) after its set-up: fleet's DataParallel averages "
+                    "gradients across ranks (state_dict keys unchanged)",
+                )

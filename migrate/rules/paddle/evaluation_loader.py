@@ -1,0 +1,27 @@
+"""Shard a dygraph evaluation DataLoader when its metrics can be made exact, else leave it whole."""
+
+from __future__ import annotations
+
+from ..torch.evaluation_loader import EvaluationLoader
+from ._analyses import is_static
+
+
+class PaddleEvaluationLoader(EvaluationLoader):
+    """Shard an evaluation ``paddle.io.DataLoader`` with ``evaluation=True`` and all-reduce its sums.
+
+    Why: evaluating the whole set on every rank is correct but does N times the work; sharded without
+    padding (the runtime's unpadded ``DistributedBatchSampler``), each sample is seen once, so the sums
+    all-reduced after the loop are exactly the single-process sums.
+    Example:  for x, y in test_loader():                 for x, y in test_loader():
+                  correct += int((pred == y).sum())   ->      correct += int((pred == y).sum())
+                                                          correct = dp.all_reduce(correct, op="sum")
+    The decision and its limits are the torch rule's (``evaluation-loader``): only loops that add into
+    variables they report, keep no per-batch value and do not divide by ``len(loader)``.
+    Leaves alone (with a note): any other evaluation loop; static-graph files (the static rules).
+    """
+
+    name = "paddle-evaluation-loader"
+
+    def run(self) -> None:
+        if not is_static(self.ctx):
+            super().run()

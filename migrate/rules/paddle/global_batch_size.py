@@ -1,0 +1,87 @@
+"""The ``--batch global`` policy for Paddle: each rank takes B / N, so the global batch stays B."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ...codemod import patterns as m
+from ...codemod.loaders import LoaderFlow
+from ...codemod.rule import Rule
+from ._analyses import TRAINING_DATA, HighLevelModels, argument, is_static, training_loaders
+
+
+class PaddleGlobalBatchSize(Rule):
+    """Rewrite a training batch size B to ``dp.per_rank_batch_size(B)`` (``--batch global``).
+
+    Why: by default (``--batch per-device``) each rank keeps B, so the global batch grows N times. With
+    ``--batch global`` the global batch and the training trajectory stay those of the original.
+    Example:  paddle.io.DataLoader(ds, batch_size=args.batch_size)
+           -> paddle.io.DataLoader(ds, batch_size=dp.per_rank_batch_size(args.batch_size))
+              model.fit(train_ds, epochs=2, batch_size=64)        (a paddle.Model given a Dataset)
+           -> model.fit(train_ds, epochs=2, batch_size=dp.per_rank_batch_size(64))
+    Found as ``batch_size=`` or the ``'batch_size'`` entry of the dict a loader gets as ``**kwargs``
+    (``paddle.io.DataLoader``'s second positional parameter is ``feed_list``, not the batch size). Under a
+    launcher ``fit`` on a Dataset reads ``batch_size`` samples per rank (measured, Paddle 3.3.1).
+    Leaves alone: evaluation loaders and ``evaluate``/``predict``; a batch size it cannot find
+    (declined: the default of 1 cannot be split); static-graph files.
+    """
+
+    name = "paddle-global-batch-size"
+
+    def finish(self) -> None:
+        if self.ctx.options.batch != "global" or is_static(self.ctx):
+            return
+        for call in (loader.call for loader in training_loaders(self.ctx)):
+            sites = self._batch_sizes(call)
+            if not sites:
+                self.report(call, "declined", "--batch global: cannot find this training loader's batch size",
+                            "pass batch_size=dp.per_rank_batch_size(B) to the DataLoader, B being the global batch")
+            for node, value in sites:
+                self._per_rank(node, value)
+        loaders = {loader.name for loader in self.ctx.analysis(LoaderFlow).loaders if loader.name}
+        for fit, data in self.ctx.analysis(HighLevelModels).data_arguments(TRAINING_DATA):
+            if (isinstance(data.value, cst.Name) and data.value.value in loaders) or self.q.is_call_to(
+                data.value, self.vocabulary.data_loaders
+            ):
+                continue  # a DataLoader: its own batch size (above); fit's is not used
+            size = argument(fit.call, 1, "batch_size")
+            if size is None:
+                self.report(fit.call, "declined", "--batch global: this fit(...) uses the default batch size of 1",
+                            "pass batch_size=dp.per_rank_batch_size(B), B being the global batch")
+                continue
+            self._per_rank(size, size.value)
+
+    def _per_rank(self, node: cst.CSTNode, value: cst.BaseExpression) -> None:
+        self.ctx.plan.replace(node, lambda updated: updated.with_changes(
+            value=self.dp_call("per_rank_batch_size", updated.value)))
+        self.report(node, "change", f"--batch global: batch size {self.code(value)} -> dp.per_rank_batch_size(...), "
+                    "so the global batch stays the same")
+
+    def _batch_sizes(self, call: cst.Call) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == "batch_size":
+                return [(arg, arg.value)]
+        sites = []
+        for arg in call.args:
+            if arg.star == "**" and isinstance(arg.value, cst.Name):
+                sites.extend(self._in_kwargs_dict(call, arg.value.value))
+        return sites
+
+    def _in_kwargs_dict(self, call: cst.Call, name: str) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+        scope = self.q.function_of(call) or self.ctx.module
+        sites = []
+        for assign in self.q.findall(scope, m.Assign(targets=[m.AssignTarget(m.Name(name))])):
+            value = assign.value
+            if isinstance(value, cst.Dict):
+                sites += [(e, e.value) for e in value.elements if _is_key(e, "batch_size")]
+            elif m.matches(value, m.Call(func=m.Name("dict"))):
+                sites += [(a, a.value) for a in value.args if a.keyword and a.keyword.value == "batch_size"]
+        return sites
+
+
+def _is_key(element: cst.BaseDictElement, key: str) -> bool:
+    return (
+        isinstance(element, cst.DictElement)
+        and isinstance(element.key, cst.SimpleString)
+        and element.key.evaluated_value == key
+    )

@@ -1,0 +1,85 @@
+"""``paddle.Model`` (the high-level API) distributes itself: say so, and make its reload wait for its save."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ...codemod.ranks import RankAnalysis
+from ...codemod.rule import Rule
+from ._analyses import HighLevelModels, is_static
+
+
+class PaddleHighLevelApi(Rule):
+    """Report what ``paddle.Model`` does by itself under a launcher, and wait before a reload.
+
+    Why: measured with Paddle 3.3.1 on 2 gloo ranks: once ``dp.init()`` has joined the job, ``prepare``
+    wraps the network in ``DataParallel``, ``fit``/``evaluate`` shard a Dataset (``batch_size`` per rank)
+    and ``save`` writes on local rank 0 only, but returns on the other ranks at once. So the network and
+    its optimizer are not wrapped again (``paddle-distributed-model``/``-optimizer``), DataLoaders handed
+    to ``fit`` are sharded (``paddle-shard-training-loader``), ``--batch global`` divides ``fit``'s
+    ``batch_size`` (``paddle-global-batch-size``), and a ``load`` of what the script saved waits for it.
+    Example:  model.save("ckpt/final")              model.save("ckpt/final")
+              model.load("ckpt/final")      ->      dp.barrier()
+                                                    model.load("ckpt/final")
+    ``model.summary(...)`` (a table printed by every rank otherwise) runs on the main process only: it
+    runs the layer itself, not its DataParallel wrapper, so no rank waits for it.
+    Leaves alone: everything else of the high-level API (it is distributed already); a ``load`` that is
+    not a statement of its own (declined); static-graph files.
+    """
+
+    name = "paddle-high-level-api"
+
+    def finish(self) -> None:
+        if is_static(self.ctx):
+            return
+        high_level = self.ctx.analysis(HighLevelModels)
+        for construction in high_level.constructions:
+            self.report(construction, "note",
+                        "paddle.Model distributes itself once dp.init() has joined the job: prepare() wraps the "
+                        "network in DataParallel and fit()/evaluate() shard a Dataset; its network and optimizer "
+                        "are not wrapped again")
+        for summary in high_level.of("summary"):
+            self._main_process_only(summary.call)
+        saves = [c for c in high_level.of("save")]
+        for save in saves:
+            self.report(save.call, "note", f"{save.model}.save(...) writes on (local) rank 0 only, as paddle.Model "
+                        "does under a launcher; the other ranks do not wait for it")
+        for found in high_level.of("evaluate"):
+            self.report(found.call, "note", f"{found.model}.evaluate(...): the loss it returns is this rank's share "
+                        "of the data (metrics are gathered over the ranks); print it from the main process")
+        if not saves:
+            return
+        positions = self.ctx.positions
+        first_save = min((positions[s.call].start.line, positions[s.call].start.column) for s in saves)
+        for load in high_level.of("load"):
+            start = positions[load.call].start
+            if (start.line, start.column) < first_save:
+                continue  # loading what an earlier run wrote: it is complete
+            statement = self.q.statement_of(load.call)
+            if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                    and isinstance(statement.body[0], cst.Expr)):
+                self.report(load.call, "declined", f"{load.model}.load(...) of what rank 0 saved, inside a larger "
+                            "statement: the other ranks may read it before it is written",
+                            "call dp.barrier() on every rank before loading it")
+                continue
+            self.ctx.plan.insert_before(statement, self.statement("{dp}.barrier()\n"))
+            self.report(load.call, "change", f"dp.barrier() before {load.model}.load(...): rank 0 writes the "
+                        "checkpoint alone, the others wait until it is complete")
+
+    def _main_process_only(self, call: cst.Call) -> None:
+        statement = self.q.statement_of(call)
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call):
+            return  # its result is kept: every rank needs it
+        if self.ctx.analysis(RankAnalysis).rank_condition(call) is not None:
+            return
+
+        def guarded(statements):
+            first = statements[0]
+            return cst.If(test=self.dp("is_main_process()"),
+                          body=cst.IndentedBlock(body=[first.with_changes(leading_lines=())]),
+                          leading_lines=first.leading_lines)
+
+        if self.ctx.plan.group([statement], guarded):
+            self.report(call, "change", "model summary printed by the main process only "
+                        "(under `if dp.is_main_process():`)")

@@ -1,0 +1,63 @@
+"""Give each rank its own shard of every training ``paddle.io.DataLoader``."""
+
+from __future__ import annotations
+
+from ...codemod.loaders import LoaderFlow, own_sampling
+from ...codemod.rule import Rule
+from ._analyses import EVALUATION_DATA, TRAINING_DATA, HighLevelModels, is_static
+
+
+class PaddleShardTrainingLoader(Rule):
+    """Wrap training DataLoaders in ``dp.distributed_loader(...)``.
+
+    Why: without a ``DistributedBatchSampler`` every rank trains on the whole dataset. The runtime
+    rebuilds the loader with one (Paddle's own) keeping batch size, shuffle, drop_last, collate_fn and
+    workers; the epoch advances by itself on every pass.
+    Example:  train_loader = paddle.io.DataLoader(ds, batch_size=64, shuffle=True)
+           -> train_loader = dp.distributed_loader(paddle.io.DataLoader(ds, batch_size=64, shuffle=True))
+    A loader trains when a loop reading its batches (``for x, y in loader:``, ``loader()``,
+    ``enumerate(loader())``) runs ``backward()`` or an optimizer step, followed through the script's own
+    functions; or when it is the training data of a ``paddle.Model``'s ``fit`` (the high-level API shards
+    a Dataset by itself, but reads a DataLoader whole on every rank: measured with Paddle 3.3.1).
+    Leaves alone: loaders with their own ``batch_sampler=`` (declined: shard it by hand); loaders whose
+    batches cannot be followed (declined); evaluation loaders (``paddle-evaluation-loader``; those handed
+    to ``evaluate``/``predict`` are read whole by every rank: noted); static-graph files.
+    """
+
+    name = "paddle-shard-training-loader"
+
+    def finish(self) -> None:
+        if is_static(self.ctx):
+            return
+        high_level = self.ctx.analysis(HighLevelModels)
+        for loader in self.ctx.analysis(LoaderFlow).loaders:
+            fitted = loader.role == "unknown" and high_level.reads(loader, TRAINING_DATA)
+            if loader.role == "unknown" and not fitted:
+                if high_level.reads(loader, EVALUATION_DATA):
+                    self.report(loader.call, "note", f"DataLoader{_named(loader.name)} evaluated by a paddle.Model: "
+                                "left whole, every rank evaluates all of it (correct, no speed-up)")
+                    continue
+                self.report(
+                    loader.call, "declined",
+                    "cannot tell from the data flow whether this DataLoader trains (its batches are not "
+                    "read by a for loop here or in a function it is passed to)",
+                    "if it feeds training, wrap it: dp.distributed_loader(paddle.io.DataLoader(...)); if it "
+                    "evaluates, leave it or use dp.distributed_loader(..., evaluation=True) and all-reduce the sums",
+                )
+            elif loader.role == "train" or fitted:
+                if own_sampling(loader):
+                    self.report(
+                        loader.call, "declined",
+                        "training DataLoader with its own batch_sampler=: its sampling cannot be sharded for it",
+                        "use paddle.io.DistributedBatchSampler(dataset, batch_size, shuffle=..., drop_last=...) "
+                        "or give each rank a disjoint part of the indices (dp.shard(indices))",
+                    )
+                    continue
+                self.ctx.plan.replace(loader.call, lambda updated: self.dp_call("distributed_loader", updated))
+                how = "handed to paddle.Model.fit, which does not shard a DataLoader" if fitted else "trains"
+                self.report(loader.call, "change", f"training DataLoader{_named(loader.name)} ({how}) sharded: "
+                            "dp.distributed_loader gives each rank a disjoint part (DistributedBatchSampler)")
+
+
+def _named(name: str | None) -> str:
+    return f" `{name}`" if name else ""
