@@ -20,3 +20,48 @@ VOCABULARY = Vocabulary(
 )
 
 RULES = ()
+
+# --- static graph and fluid (paddle-static) -------------------------------------------------------
+# Paddle 2.x/3.x static graph (paddle.enable_static, Executor, minimize), legacy fluid 1.x (the seed's
+# Fleet conversion: its files are of the legacy "fluid" generation, which only rules naming it convert,
+# since the runtime cannot run where fluid does), and the retired multi-card APIs (reported). The common
+# rules are added only where the rules above do not list them already.
+import dataclasses as _dataclasses  # noqa: E402 - this block stays apart from the dygraph rules above
+
+from ..common import (  # noqa: E402
+    DownloadMainProcessFirst,
+    InitRuntime,
+    LocalStop,
+    MainProcessLogging,
+    MainProcessOutput,
+    MainProcessPrint,
+    RankDivergence,
+    SharedFolders,
+)
+from .fluid_fleet import FluidFleet  # noqa: E402
+from .legacy_parallel import LEGACY_DISTRIBUTED_DESCRIPTION, LEGACY_DISTRIBUTED_PREFIXES, LegacyParallel  # noqa: E402
+
+_STATIC_RANK_CALLS = frozenset({
+    "paddle.distributed.get_rank", "paddle.distributed.fleet.worker_index", "paddle.distributed.fleet.is_first_worker",
+    "paddle.fluid.incubate.fleet.collective.fleet.worker_index",
+    "paddle.fluid.incubate.fleet.collective.fleet.is_first_worker",
+})
+VOCABULARY = _dataclasses.replace(
+    VOCABULARY,
+    legacy_generations=(*VOCABULARY.legacy_generations, *(() if "fluid" in VOCABULARY.legacy_generations else ("fluid",))),
+    distributed_prefixes=(*VOCABULARY.distributed_prefixes, *(
+        p for p in (*(() if VOCABULARY.distributed_prefixes else ("paddle.distributed", "paddle.DataParallel")),
+                    *LEGACY_DISTRIBUTED_PREFIXES) if p not in VOCABULARY.distributed_prefixes)),
+    distributed_description=" / ".join(d for d in (
+        VOCABULARY.distributed_description or "paddle.distributed / paddle.DataParallel", LEGACY_DISTRIBUTED_DESCRIPTION)),
+    backward_methods=VOCABULARY.backward_methods or ("backward",),
+    optimizer_step_methods=(*(VOCABULARY.optimizer_step_methods or ("step",)), *(
+        () if "minimize" in VOCABULARY.optimizer_step_methods else ("minimize",))),
+    rank_calls=VOCABULARY.rank_calls | _STATIC_RANK_CALLS,
+)
+_COMMON = (
+    InitRuntime, DownloadMainProcessFirst, MainProcessPrint, MainProcessLogging, MainProcessOutput, SharedFolders,
+    LocalStop, RankDivergence,
+)
+STATIC_RULES = (FluidFleet, LegacyParallel)
+RULES = (*RULES, *(r for r in _COMMON if r not in RULES), *STATIC_RULES)
