@@ -16,6 +16,9 @@ the startup program): measured here, two processes running one unseeded static s
 different parameters (Paddle 3.3.1), and averaged gradients would then never bring them together.
 :func:`broadcast_parameters_at_startup` puts a broadcast from rank 0 before each ``set_parameter`` op of
 the startup program, so ``exe.run(startup_program)`` leaves rank 0's values on every rank.
+
+With ``FLAGS_enable_pir_api=0`` (the old program IR) Paddle 3.3.1's static ``all_reduce`` itself fails on
+CPU (``TypeError`` in ``LayerHelper``: it names the op by its ``ReduceOp``), so ``minimize`` says so.
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ class AllReduceGradientsOptimizer:
         self._world_size = world_size
 
     def minimize(self, loss, startup_program=None, parameters=None, no_grad_set=None):
+        if not paddle.framework.in_pir_mode():
+            raise RuntimeError(
+                "static graph data parallelism on CPU needs PIR, Paddle 3's default program representation: "
+                "FLAGS_enable_pir_api=0 is set, and with it Paddle 3.3.1's static all_reduce fails (TypeError in "
+                "LayerHelper) as Fleet's own minimize does on CPU. Unset FLAGS_enable_pir_api, or train on GPUs"
+            )
         broadcast_parameters_at_startup(startup_program or paddle.static.default_startup_program())
         params_grads = self._optimizer.backward(loss, startup_program=startup_program, parameters=parameters,
                                                 no_grad_set=no_grad_set)
