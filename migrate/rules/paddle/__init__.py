@@ -40,6 +40,12 @@ from ..common import (  # noqa: E402
 )
 from .fluid_fleet import FluidFleet  # noqa: E402
 from .legacy_parallel import LEGACY_DISTRIBUTED_DESCRIPTION, LEGACY_DISTRIBUTED_PREFIXES, LegacyParallel  # noqa: E402
+from .static_divergence import StaticRankDivergence  # noqa: E402
+from .static_feed import StaticFeedShard  # noqa: E402
+from .static_optimizer import StaticDistributedOptimizer  # noqa: E402
+from .static_pir import StaticPir  # noqa: E402
+from .static_place import StaticPlace  # noqa: E402
+from .static_save import StaticSave  # noqa: E402
 
 _STATIC_RANK_CALLS = frozenset({
     "paddle.distributed.get_rank", "paddle.distributed.fleet.worker_index", "paddle.distributed.fleet.is_first_worker",
@@ -63,5 +69,8 @@ _COMMON = (
     InitRuntime, DownloadMainProcessFirst, MainProcessPrint, MainProcessLogging, MainProcessOutput, SharedFolders,
     LocalStop, RankDivergence,
 )
-STATIC_RULES = (FluidFleet, LegacyParallel)
+STATIC_RULES = (
+    StaticPlace, StaticDistributedOptimizer, StaticFeedShard, StaticSave, StaticPir, FluidFleet, LegacyParallel,
+    StaticRankDivergence,
+)
 RULES = (*RULES, *(r for r in _COMMON if r not in RULES), *STATIC_RULES)
