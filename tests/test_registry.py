@@ -78,8 +78,8 @@ def test_the_registry_knows_which_packages_mean_which_framework():
 
 
 def test_a_framework_without_rules_is_detected_and_left_alone():
-    source = b"import paddle\npaddle.enable_static()\n"
+    source = b"import tensorflow as tf\nsess = tf.compat.v1.Session()\n"
     result = convert(source, "p.py", Options())
     assert result.output == source
-    assert result.generation == "static"
-    assert "PaddlePaddle (static) is not supported yet" in result.findings[0].message
+    assert result.generation == "tf1-graph"
+    assert "TensorFlow (tf1-graph) is not supported yet" in result.findings[0].message

@@ -51,6 +51,7 @@ class LegacyParallel(Rule):
     declined finding with the modern replacement: one process per card.
     Example:  pd = fluid.layers.ParallelDo(places)  ->  (unchanged) declined: one process per card...
     Runs on files left unchanged too (detection leaves these files alone as hand-distributed).
+    Leaves alone: the whole file, always (this rule only reports).
     """
 
     name = "legacy-parallel"

@@ -16,6 +16,8 @@ class StaticPir(Rule):
     norm to inference). The old program IR (``FLAGS_enable_pir_api=0``) accepts it, but on CPU
     Paddle 3.3.1's static all-reduce fails there, so it is no way to run the converted script on 2 CPU
     processes. Runs on every static-graph file, converted or not.
+    Example:  test_program = main_program.clone(for_test=True)  ->  (unchanged) note: TypeError under PIR
+    Leaves alone: the line itself, and ``clone()`` without ``for_test`` (PIR accepts it).
     """
 
     name = "static-pir"
