@@ -246,3 +246,23 @@ def test_the_fluid_generation_is_left_to_the_rules_that_name_it():
     assert result.generation == "fluid"
     assert {f.rule for f in result.findings} == {"fluid-fleet"}
     assert "print('built')" in result.output.decode()
+
+
+def test_the_seeds_tuning_knobs_end_up_in_the_strategy_fleet_minimizes_with():
+    """fluid_tuned: every knob set on the BuildStrategy stays on it, it becomes the DistributedStrategy, the
+    ExecutionStrategy (threads, scope drops) is attached to it, and both happen before minimize."""
+    from fixture_cases import FIXTURES, run
+
+    case = FIXTURES / "paddle" / "fluid_tuned"
+    before = (case / "before.py").read_text()
+    lines = run(case).output.decode().splitlines()
+    knobs = [line for line in before.splitlines() if line.startswith(("build_strategy.", "exec_strategy."))]
+    assert {k.split("=")[0].split(".")[1].strip() for k in knobs} == {
+        "fuse_all_reduce_ops", "nccl_comm_num", "use_hierarchical_allreduce", "num_threads",
+        "num_iteration_per_drop_scope"}
+    minimize = lines.index("optimizer.minimize(loss, fluid.default_startup_program())")
+    for line in [*knobs, "build_strategy = DistributedStrategy()", "build_strategy.exec_strategy = exec_strategy",
+                 "fleet.init(role)", "optimizer = fleet.distributed_optimizer(optimizer, strategy=build_strategy)"]:
+        assert lines.index(line) < minimize, line
+    assert "train_program = fleet.main_program" in lines
+    assert "    if step % fetch_frequency == 0:" in lines  # the fetch frequency is the loop's own, kept
