@@ -266,3 +266,24 @@ def test_the_seeds_tuning_knobs_end_up_in_the_strategy_fleet_minimizes_with():
         assert lines.index(line) < minimize, line
     assert "train_program = fleet.main_program" in lines
     assert "    if step % fetch_frequency == 0:" in lines  # the fetch frequency is the loop's own, kept
+
+
+def test_a_paddle_2_static_script_using_fluid_pieces_is_static_graph_and_goes_onto_the_runtime():
+    source = textwrap.dedent("""\
+        import paddle
+        import paddle.fluid as fluid
+        paddle.enable_static()
+        x = fluid.data(name="x", shape=[None, 4], dtype="float32")
+        loss = fluid.layers.mean(fluid.layers.fc(input=x, size=1))
+        optimizer = fluid.optimizer.SGD(learning_rate=0.1)
+        optimizer.minimize(loss)
+        exe = fluid.Executor(fluid.CPUPlace())
+        exe.run(fluid.default_startup_program())
+        fluid.io.save_persistables(exe, "checkpoint")
+    """)
+    result = convert_text(source)
+    out = result.output.decode()
+    assert result.generation == "static"
+    assert "optimizer = dp.distributed_optimizer(fluid.optimizer.SGD(learning_rate=0.1))" in out
+    assert out.endswith('if dp.is_main_process():\n    fluid.io.save_persistables(exe, "checkpoint")\ndp.barrier()\n')
+    assert "fleet" not in out

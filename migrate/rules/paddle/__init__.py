@@ -54,6 +54,9 @@ _STATIC_RANK_CALLS = frozenset({
 })
 VOCABULARY = _dataclasses.replace(
     VOCABULARY,
+    # paddle.enable_static / paddle.static exist from Paddle 2.0 on: a file using them is Paddle 2.x static graph
+    # (converted onto the runtime) even when it also uses paddle.fluid pieces; fluid alone means fluid 1.x
+    generations=tuple(sorted(VOCABULARY.generations, key=lambda generation: generation[1] == "fluid")),
     legacy_generations=(*VOCABULARY.legacy_generations, *(() if "fluid" in VOCABULARY.legacy_generations else ("fluid",))),
     distributed_prefixes=(*VOCABULARY.distributed_prefixes, *(
         p for p in (*(() if VOCABULARY.distributed_prefixes else ("paddle.distributed", "paddle.DataParallel")),

@@ -7,14 +7,16 @@ import libcst as cst
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
 
-_SAVES = frozenset({
-    "paddle.static.save", "paddle.static.save_inference_model", "paddle.static.io.save_inference_model",
+_INFERENCE = frozenset({
+    "paddle.static.save_inference_model", "paddle.static.io.save_inference_model", "paddle.fluid.io.save_inference_model",
 })
-_INFERENCE = frozenset({"paddle.static.save_inference_model", "paddle.static.io.save_inference_model"})
+_SAVES = _INFERENCE | {  # Paddle 2.x static scripts still call fluid's savers
+    "paddle.static.save", "paddle.fluid.io.save_persistables", "paddle.fluid.io.save_params", "paddle.fluid.save",
+}
 
 
 class StaticSave(Rule):
-    """Run ``paddle.static.save`` / ``save_inference_model`` on the main process only, then meet.
+    """Run ``paddle.static.save`` / ``save_inference_model`` (and fluid's savers) on the main process only, then meet.
 
     Why: launched on N processes every rank would write the same files at once (a torn checkpoint). The
     parameters are the same on every rank, so rank 0 writes them; the ranks then meet (``dp.barrier()``)
