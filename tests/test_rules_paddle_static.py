@@ -287,3 +287,19 @@ def test_a_paddle_2_static_script_using_fluid_pieces_is_static_graph_and_goes_on
     assert "optimizer = dp.distributed_optimizer(fluid.optimizer.SGD(learning_rate=0.1))" in out
     assert out.endswith('if dp.is_main_process():\n    fluid.io.save_persistables(exe, "checkpoint")\ndp.barrier()\n')
     assert "fleet" not in out
+
+
+def test_a_feed_dict_that_unpacks_another_is_declined_not_half_sharded():
+    result = convert_text(_training_loop('{**extra, "x": xb}'), batch="global")
+    assert 'exe.run(feed={**extra, "x": xb}, fetch_list=[loss])' in result.output.decode()
+    assert findings_of(result, "static-feed-shard", "declined")
+
+
+def test_fluid_minimize_with_a_keyword_loss_gets_the_startup_program_by_keyword():
+    out = _output(FLUID_HEAD + "opt = fluid.optimizer.Adam(0.1)\nopt.minimize(loss=cost)\n")
+    assert "opt.minimize(loss=cost, startup_program=fluid.default_startup_program())" in out
+
+
+def test_fluid_conversion_inside_a_function_leaves_no_trailing_whitespace():
+    out = _output(FLUID_HEAD + "def build():\n    opt = fluid.optimizer.Adam(0.1)\n    opt.minimize(cost)\nbuild()\n")
+    assert "    fleet.init(role)\n\n    opt = fleet.distributed_optimizer(opt, strategy=dist_strategy)\n" in out

@@ -200,6 +200,8 @@ class FluidFleet(Rule):
                     "fleet.distributed_optimizer(..., strategy=...): its minimize adds the gradient all-reduce")
         if argument(call, 1, "startup_program") is None:
             startup = cst.Arg(cst.parse_expression(f"{fluid}.default_startup_program()"))
+            if any(a.keyword is not None for a in call.args):  # minimize(loss=cost): no positional after it
+                startup = startup.with_changes(keyword=cst.Name("startup_program"), equal=_NO_SPACES)
             plan.replace(call, lambda updated: updated.with_changes(args=[*_with_comma(updated.args), startup]))
             self.report(call, "change", "minimize(..., default_startup_program()): Fleet adds the trainers' "
                         "communicator set-up to the startup program")
@@ -230,8 +232,7 @@ class FluidFleet(Rule):
         for run in runs:
             given = argument(run, 0, "program")
             if given is None:
-                new = cst.Arg(cst.parse_expression(program), keyword=cst.Name("program"),
-                              equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+                new = cst.Arg(cst.parse_expression(program), keyword=cst.Name("program"), equal=_NO_SPACES)
                 plan.replace(run, lambda updated, new=new: updated.with_changes(args=[new.with_changes(
                     comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *updated.args]))
             else:
@@ -294,7 +295,10 @@ class FluidFleet(Rule):
 
     def _statement(self, code: str, *, blank: bool = False) -> cst.BaseStatement:
         statement = cst.parse_statement(code, config=self.ctx.config())
-        return statement.with_changes(leading_lines=[cst.EmptyLine()]) if blank else statement
+        return statement.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) if blank else statement
+
+
+_NO_SPACES = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
 
 
 def _program(run: cst.Call) -> cst.BaseExpression | None:

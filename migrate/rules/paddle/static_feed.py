@@ -43,13 +43,14 @@ class StaticFeedShard(Rule):
                         "data before batching it, e.g. inputs = dp.shard(inputs)")
             return
         for _run, feed in runs:
-            if not isinstance(feed.value, cst.Dict):
+            if not isinstance(feed.value, cst.Dict) or any(
+                    not isinstance(e, cst.DictElement) for e in feed.value.elements):  # `**batch`: not one by one
                 self.report(feed, "declined", f"feed={self.code(feed.value)} is not a dict written here, so its "
                             "arrays cannot be sharded one by one", "feed {name: dp.shard(value) for name, value in "
                             f"({self.code(feed.value)}).items()}}: each rank its part of the batch")
                 continue
             for element in feed.value.elements:
-                if isinstance(element, cst.DictElement) and not self._sharded(element.value):
+                if not self._sharded(element.value):
                     self.ctx.plan.replace(element.value, lambda updated: self.dp_call("shard", updated))
             self.report(feed, "change", "fed arrays -> dp.shard(...): each rank feeds its part of every batch "
                         "(--batch global)")
