@@ -303,3 +303,31 @@ def test_fluid_minimize_with_a_keyword_loss_gets_the_startup_program_by_keyword(
 def test_fluid_conversion_inside_a_function_leaves_no_trailing_whitespace():
     out = _output(FLUID_HEAD + "def build():\n    opt = fluid.optimizer.Adam(0.1)\n    opt.minimize(cost)\nbuild()\n")
     assert "    fleet.init(role)\n\n    opt = fleet.distributed_optimizer(opt, strategy=dist_strategy)\n" in out
+
+
+def test_programs_built_under_program_guard_are_known_as_training_and_startup_programs():
+    source = textwrap.dedent("""\
+        import paddle
+        paddle.enable_static()
+        main_program = paddle.static.Program()
+        startup_program = paddle.static.Program()
+        with paddle.static.program_guard(main_program, startup_program):
+            x = paddle.static.data(name="x", shape=[None, 4], dtype="float32")
+            loss = paddle.mean(paddle.static.nn.fc(x, size=1))
+            test_program = main_program.clone()
+            paddle.optimizer.SGD(learning_rate=0.1).minimize(loss)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup_program)
+        for xb in batches:
+            exe.run(main_program, feed={"x": xb}, fetch_list=[loss])
+            exe.run(test_program, feed={"x": xb}, fetch_list=[loss])
+    """)
+    result = convert_text(source + 'if paddle.distributed.get_rank() == 0:\n    exe.run(main_program, feed={"x": xb})\n',
+                          batch="global")
+    assert result.left_alone  # it uses paddle.distributed by hand: left unchanged, only checked
+    [error] = findings_of(result, "static-rank-divergence", "error")
+    assert error.line == 16
+    out = _output(source, batch="global")
+    assert 'exe.run(main_program, feed={"x": dp.shard(xb)}, fetch_list=[loss])' in out
+    assert 'exe.run(test_program, feed={"x": xb}, fetch_list=[loss])' in out
+    assert "exe.run(startup_program)\n" in out

@@ -29,6 +29,8 @@ STARTUP_PROGRAMS = frozenset({
     "paddle.static.default_startup_program", "paddle.fluid.default_startup_program",
     "paddle.fluid.framework.default_startup_program", "paddle.base.default_startup_program",
 })
+PROGRAM_GUARDS = frozenset({"paddle.static.program_guard", "paddle.fluid.program_guard",
+                            "paddle.fluid.framework.program_guard", "paddle.base.program_guard"})
 COMPILED_PROGRAMS = frozenset({"paddle.fluid.CompiledProgram", "paddle.fluid.compiler.CompiledProgram"})
 CUDA_PLACES = frozenset({"paddle.CUDAPlace", "paddle.fluid.CUDAPlace", "paddle.base.CUDAPlace"})
 CPU_PLACES = frozenset({"paddle.CPUPlace", "paddle.fluid.CPUPlace", "paddle.base.CPUPlace"})
@@ -102,6 +104,9 @@ def program_kind(q: Query, program: cst.BaseExpression | None, assigned: dict[st
     if q.is_call_to(program, STARTUP_PROGRAMS):
         return "startup"
     if isinstance(program, cst.Name):
+        guarded = guarded_programs(q)
+        if program.value in guarded:
+            return guarded[program.value]
         assigns = assigned.get(program.value, [])
         if len(assigns) == 1:
             value = assigns[0].value
@@ -112,6 +117,22 @@ def program_kind(q: Query, program: cst.BaseExpression | None, assigned: dict[st
             if _compiled_main(q, value):
                 return "compiled"
     return "other"
+
+
+def guarded_programs(q: Query) -> dict[str, str]:
+    """``{"main": "main", "startup": "startup"}`` for ``with program_guard(main, startup):`` blocks that minimize."""
+    found: dict[str, str] = {}
+    minimizing = [call for call, _, _ in minimize_calls(q)]
+    for with_ in q.findall(q.module, m.With()):
+        if not any(q.index.contains(with_, call) for call in minimizing):
+            continue
+        for item in with_.items:
+            if isinstance(item.item, cst.Call) and q.is_call_to(item.item, PROGRAM_GUARDS):
+                for position, keyword, kind in ((0, "main_program", "main"), (1, "startup_program", "startup")):
+                    arg = argument(item.item, position, keyword)
+                    if arg is not None and isinstance(arg.value, cst.Name):
+                        found[arg.value.value] = kind
+    return found
 
 
 def _compiled_main(q: Query, value: cst.CSTNode) -> bool:
