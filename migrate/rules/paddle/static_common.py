@@ -9,6 +9,7 @@ executor runs on. These helpers answer by qualified name (``paddle.static.Execut
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 
 import libcst as cst
@@ -119,8 +120,17 @@ def program_kind(q: Query, program: cst.BaseExpression | None, assigned: dict[st
     return "other"
 
 
+_GUARDED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per file's Query: computed once, freed with it
+
+
 def guarded_programs(q: Query) -> dict[str, str]:
     """``{"main": "main", "startup": "startup"}`` for ``with program_guard(main, startup):`` blocks that minimize."""
+    if q not in _GUARDED:
+        _GUARDED[q] = _guarded_programs(q)
+    return _GUARDED[q]
+
+
+def _guarded_programs(q: Query) -> dict[str, str]:
     found: dict[str, str] = {}
     minimizing = [call for call, _, _ in minimize_calls(q)]
     for with_ in q.findall(q.module, m.With()):
