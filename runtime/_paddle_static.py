@@ -10,6 +10,15 @@ still in dynamic mode (``fleet.init`` calls ``init_parallel_env``), then, in the
 average applied by the optimizer: :class:`AllReduceGradientsOptimizer`. On GPU builds Fleet's own
 ``minimize`` (its meta-optimizers honour the Strategy's knobs) is kept; its program is
 ``fleet.main_program`` / the default main program and its place ``dp.device()``.
+
+Parameters start equal on every rank, as Fleet's own ``minimize`` makes them (it broadcasts them in
+the startup program): measured here, two processes running one unseeded static script initialise
+different parameters (Paddle 3.3.1), and averaged gradients would then never bring them together.
+:func:`broadcast_parameters_at_startup` puts a broadcast from rank 0 before each ``set_parameter`` op of
+the startup program, so ``exe.run(startup_program)`` leaves rank 0's values on every rank.
+
+With ``FLAGS_enable_pir_api=0`` (the old program IR) Paddle 3.3.1's static ``all_reduce`` itself fails on
+CPU (``TypeError`` in ``LayerHelper``: it names the op by its ``ReduceOp``), so ``minimize`` says so.
 """
 
 from __future__ import annotations
@@ -40,6 +49,13 @@ class AllReduceGradientsOptimizer:
         self._world_size = world_size
 
     def minimize(self, loss, startup_program=None, parameters=None, no_grad_set=None):
+        if not paddle.framework.in_pir_mode():
+            raise RuntimeError(
+                "static graph data parallelism on CPU needs PIR, Paddle 3's default program representation: "
+                "FLAGS_enable_pir_api=0 is set, and with it Paddle 3.3.1's static all_reduce fails (TypeError in "
+                "LayerHelper) as Fleet's own minimize does on CPU. Unset FLAGS_enable_pir_api, or train on GPUs"
+            )
+        broadcast_parameters_at_startup(startup_program or paddle.static.default_startup_program())
         params_grads = self._optimizer.backward(loss, startup_program=startup_program, parameters=parameters,
                                                 no_grad_set=no_grad_set)
         averaged = []
@@ -54,3 +70,22 @@ class AllReduceGradientsOptimizer:
 
     def __getattr__(self, name):
         return getattr(self._optimizer, name)
+
+
+def broadcast_parameters_at_startup(startup_program) -> int:
+    """Make the startup program broadcast every parameter from rank 0 before storing it; returns how many.
+
+    Idempotent: a program already given its broadcasts (a second ``minimize``) is left as it is.
+    """
+    if getattr(startup_program, "_dpmigrate_broadcast", False):
+        return 0
+    from paddle import pir
+
+    setters = [op for op in startup_program.global_block().ops if op.name() == "builtin.set_parameter"]
+    with paddle.static.program_guard(startup_program):
+        for op in setters:
+            pir.set_insertion_point(op)
+            dist.broadcast(op.operand_source(0), src=0)  # an op in the startup program, before the store
+        pir.reset_insertion_point_to_end()
+    startup_program._dpmigrate_broadcast = True
+    return len(setters)

@@ -76,7 +76,7 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
     rule_set = REGISTRY[detection.framework].rule_set() if detection.status != "mixed" else None
     if rule_set is not None and rule_set.RULES:
         query = Query(wrapper, rule_set.VOCABULARY, index)
-        ctx = Context(wrapper, path, options, query, alias=_free_alias(query))
+        ctx = Context(wrapper, path, options, query, alias=_free_alias(query), generation=detection.generation)
         _run_rules(ctx, _chosen(rule_set.RULES, options), convert=convertible)
         findings.extend(ctx.findings)
         if convertible:
@@ -163,7 +163,7 @@ def _chosen(rules, options: Options) -> list[type[Rule]]:
 
 def _run_rules(ctx: Context, rules: list[type[Rule]], *, convert: bool) -> None:
     for rule_class in rules:
-        if not (convert or rule_class.checks_only):
+        if not (convert or rule_class.checks_only) or not rule_class.applies_to(ctx.generation, ctx.vocabulary):
             continue
         try:
             rule_class(ctx).run()

@@ -35,6 +35,7 @@ class Context:
     options: Options
     query: Query
     alias: str = "dp"  # the name the converted file binds the runtime to
+    generation: str | None = None  # the file's API generation, as detection found it ("static", "fluid"...)
     plan: Plan = dataclasses.field(default_factory=Plan)
     findings: list[Finding] = dataclasses.field(default_factory=list)
     _analyses: dict[type, Any] = dataclasses.field(default_factory=dict)
@@ -84,6 +85,16 @@ class Rule(cst.CSTVisitor):
 
     name: ClassVar[str]
     checks_only: ClassVar[bool] = False  # True: also runs on files left unchanged (it only reports)
+    # The API generations the rule converts; None: every one the runtime serves (not the vocabulary's
+    # legacy_generations, whose files only rules naming them convert; rules that only check run on all)
+    generations: ClassVar[tuple[str, ...] | None] = None
+
+    @classmethod
+    def applies_to(cls, generation: str | None, vocabulary: Vocabulary) -> bool:
+        """Whether the rule runs on a file of ``generation`` (see :attr:`generations`)."""
+        if cls.generations is not None:
+            return generation in cls.generations
+        return cls.checks_only or generation not in vocabulary.legacy_generations
 
     def __init__(self, ctx: Context) -> None:
         super().__init__()

@@ -29,6 +29,9 @@ class Vocabulary:
     runtime_module: str  # "dpmigrate.runtime.torch": what converted files import
     default_generation: str  # "eager"
     generations: tuple[tuple[str, str], ...] = ()  # (qualified-name prefix, generation), first match wins
+    # generations the runtime cannot serve (Paddle's fluid: gone from the Paddle the runtime needs); only
+    # rules that name such a generation in their ``generations`` convert its files
+    legacy_generations: tuple[str, ...] = ()
     # --- files left alone: written for data parallelism by hand, or starting processes themselves
     distributed_prefixes: tuple[str, ...] = ()
     distributed_description: str = ""  # "torch.distributed / DistributedDataParallel / DistributedSampler"

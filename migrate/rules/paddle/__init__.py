@@ -2,7 +2,7 @@
 
 Paddle 2.x/3.x dygraph and the high-level API (``paddle.Model``) are converted by the rules of the
 ``_DYGRAPH`` block, which leave static-graph and legacy ``fluid`` files (``_analyses.Generation``,
-from the vocabulary's generations) to the static rules appended at the end of this file. Order
+from the vocabulary's generations) to the ``_STATIC`` block at the end of this file. Order
 matters only for reading the converted file and the report (every rule reads the original tree):
 init -> device -> model -> optimizer -> data -> saving, printing, logging -> checks. The rules
 shared with every framework live in ``rules/common`` and read this file's :data:`VOCABULARY`; the
@@ -27,10 +27,18 @@ from .distributed_model import PaddleDistributedModel
 from .distributed_optimizer import PaddleDistributedOptimizer
 from .distributed_save import PaddleDistributedSave
 from .evaluation_loader import PaddleEvaluationLoader
+from .fluid_fleet import FluidFleet
 from .global_batch_size import PaddleGlobalBatchSize
 from .high_level_api import PaddleHighLevelApi
+from .legacy_parallel import LEGACY_DISTRIBUTED_DESCRIPTION, LEGACY_DISTRIBUTED_PREFIXES, LegacyParallel
 from .rank_device import PaddleRankDevice
 from .shard_training_loader import PaddleShardTrainingLoader
+from .static_divergence import StaticRankDivergence
+from .static_feed import StaticFeedShard
+from .static_optimizer import StaticDistributedOptimizer
+from .static_pir import StaticPir
+from .static_place import StaticPlace
+from .static_save import StaticSave
 from .training_averages import PaddleTrainingAverages
 
 _DISTRIBUTED = "paddle.distributed"
@@ -62,19 +70,22 @@ VOCABULARY = Vocabulary(
     display_name="PaddlePaddle",
     runtime_module="dpmigrate.runtime.paddle",
     default_generation="dygraph",
+    # paddle.enable_static / paddle.static exist from Paddle 2.0 on: a file using them is Paddle 2.x static graph
+    # (converted onto the runtime) even when it also uses paddle.fluid pieces; fluid alone means fluid 1.x
     generations=(
-        ("paddle.fluid", "fluid"),
         ("paddle.enable_static", "static"),
         *((f"paddle.static.{name}", "static") for name in _STATIC_GRAPH),
+        ("paddle.fluid", "fluid"),
     ),
+    legacy_generations=("fluid",),
     distributed_prefixes=(
         f"{_DISTRIBUTED}.fleet", f"{_DISTRIBUTED}.init_parallel_env", f"{_DISTRIBUTED}.ParallelEnv",
         f"{_DISTRIBUTED}.parallel", f"{_DISTRIBUTED}.get_rank", f"{_DISTRIBUTED}.get_world_size",
         *(f"{_DISTRIBUTED}.{n}" for n in _COLLECTIVES),
-        "paddle.DataParallel", "paddle.io.DistributedBatchSampler",
+        "paddle.DataParallel", "paddle.io.DistributedBatchSampler", *LEGACY_DISTRIBUTED_PREFIXES,
     ),
     distributed_description="paddle.distributed (fleet, init_parallel_env, collectives) / paddle.DataParallel / "
-    "DistributedBatchSampler",
+    f"DistributedBatchSampler / {LEGACY_DISTRIBUTED_DESCRIPTION}",
     multiprocessing_prefixes=(f"{_DISTRIBUTED}.spawn",),
     multiprocessing_description="paddle.distributed.spawn",
     # `model.fit(...)` of the high-level API trains as a backward pass does: a script calling it trains
@@ -89,7 +100,11 @@ VOCABULARY = Vocabulary(
         "paddle.utils.download.", "paddle.hub.load", "paddle.hub.download", *_DOWNLOADING_DATASETS,
     ),
     pretrained_prefixes=("paddle.vision.models.", "paddlenlp.transformers."),
-    rank_calls=frozenset({f"{_DISTRIBUTED}.get_rank"}),
+    rank_calls=frozenset({
+        f"{_DISTRIBUTED}.get_rank", f"{_DISTRIBUTED}.fleet.worker_index", f"{_DISTRIBUTED}.fleet.is_first_worker",
+        "paddle.fluid.incubate.fleet.collective.fleet.worker_index",
+        "paddle.fluid.incubate.fleet.collective.fleet.is_first_worker",
+    }),
     collectives=frozenset({
         *(f"{_DISTRIBUTED}.{n}" for n in _COLLECTIVES),
         "paddle.DataParallel", f"{_DISTRIBUTED}.fleet.distributed_model",
@@ -120,5 +135,12 @@ _CHECKS = (
     RankDivergence,
 )
 
-RULES = (*_DYGRAPH, *_CHECKS)
-# The static-graph and fluid rules (paddle-static) append their block below: their rules after these.
+# Paddle 2.x/3.x static graph (paddle.enable_static, Executor, minimize), legacy fluid 1.x (the seed's Fleet
+# conversion; its files are of the legacy "fluid" generation, which only rules naming it convert, since the
+# runtime cannot run where fluid does) and the retired multi-card APIs (reported, never rewritten).
+_STATIC = (
+    StaticPlace, StaticDistributedOptimizer, StaticFeedShard, StaticSave, StaticPir, FluidFleet, LegacyParallel,
+    StaticRankDivergence,
+)
+
+RULES = (*_DYGRAPH, *_CHECKS, *_STATIC)
