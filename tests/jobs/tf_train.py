@@ -25,6 +25,7 @@ parser.add_argument("--steps", type=int, default=12)
 parser.add_argument("--out", required=True)
 parser.add_argument("--save")
 parser.add_argument("--report")
+parser.add_argument("--initial")
 args = parser.parse_args()
 
 dp.init()
@@ -43,6 +44,8 @@ def build():
     return model
 
 
+if args.initial:
+    np.savez(args.initial, *build().get_weights())
 local_batch = dp.per_rank_batch_size(args.batch_size)
 if args.mode == "fit":
     with dp.scope():
