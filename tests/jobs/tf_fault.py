@@ -2,6 +2,7 @@
 
     python tf_fault.py FOLDER kill     rank 1 kills itself (SIGKILL) after 3 barriers; rank 0 keeps meeting
     python tf_fault.py FOLDER never    rank 1 never joins (it sleeps before dp.init()); rank 0 waits in init
+    python tf_fault.py FOLDER join     every rank just joins (a test starts only some of the nodes)
 
 Each rank writes FOLDER/<event>.rank<i> = time.time() at the moment that matters, so the test measures
 how long the job took to end from there.
@@ -23,8 +24,8 @@ def mark(folder, event, rank):
 
 folder, mode = sys.argv[1], sys.argv[2]
 rank = read_role().rank  # from TF_CONFIG, before joining anything
-if mode == "never":
-    if rank == 1:
+if mode in ("never", "join"):
+    if mode == "never" and rank == 1:
         mark(folder, "asleep", rank)
         time.sleep(3600)
     mark(folder, "init", rank)
