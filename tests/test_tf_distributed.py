@@ -38,10 +38,10 @@ def run_single(*args, cwd, env=None):
     return proc
 
 
-def launch(*args, cwd, expect=0, timeout=300):
+def launch(*args, cwd, expect=0, timeout=300, env=None):
     cmd = [sys.executable, "-m", "dpmigrate.launch", "-n", "2", "--log-dir", str(Path(cwd) / "logs"), *args]
     started = time.time()
-    proc = subprocess.run(cmd, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=env or clean_env(), capture_output=True, text=True, timeout=timeout)
     proc.ended = time.time()
     proc.wall = proc.ended - started
     if expect == 0:
@@ -93,6 +93,25 @@ def test_keras_fit_on_two_workers_matches_one_process_and_saves_one_loadable_mod
     legacy = run_single("-c", load, "compile", cwd=tmp_path, env=clean_env(TF_USE_LEGACY_KERAS="1"))
     keras3 = run_single("-c", load, "weights-only", cwd=tmp_path)
     assert json.loads(legacy.stdout.splitlines()[-1]) == 0.0 and json.loads(keras3.stdout.splitlines()[-1]) == 0.0
+
+
+def test_every_collective_gives_every_worker_the_reduced_value(tmp_path):
+    launch(str(JOBS / "tf_metrics.py"), str(tmp_path), cwd=tmp_path)
+    expected = {"sum": 3, "mean": 1.5, "max": 2, "min": 1.5, "product": 6, "tensor_sum": [1.0, 20.0], "metric": 3.0,
+                "gather": [0, 0, 1], "gather_objects": [{"rank": 0}, {"rank": 1}],
+                "broadcast_object": "from rank 0", "broadcast_tensor": 6.0, "cache_seen": "filled by rank 0"}
+    for r in (0, 1):
+        assert json.loads((tmp_path / f"result.rank{r}").read_text()) == expected
+
+
+def test_a_keras3_model_fit_on_two_workers_fails_naming_the_fix(tmp_path):
+    """The user keeps Keras 3 (TF_USE_LEGACY_KERAS=0, which dpmigrate launch respects): fit would fail deep in
+    Keras with a PerReplica error (keras-team/keras#20585); dp.distributed_model makes it say why and what to do."""
+    proc = launch(str(JOBS / "tf_train.py"), "--mode", "fit", "--out", "dist.npz", cwd=tmp_path, expect=1,
+                  env=clean_env(TF_USE_LEGACY_KERAS="0"))
+    assert proc.returncode != 0
+    assert "RuntimeError: Keras 3 model.fit() does not work under tf.distribute.MultiWorkerMirroredStrategy" in proc.stderr
+    assert "export TF_USE_LEGACY_KERAS=1" in proc.stderr
 
 
 def test_a_worker_killed_mid_run_ends_the_job_quickly_naming_it(tmp_path):
