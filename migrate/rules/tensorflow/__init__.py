@@ -31,6 +31,7 @@ from .multi_gpu_model import MultiGpuModel
 from .standalone_keras import StandaloneKeras
 from .strategy_scope import StrategyScope
 from .tf1_graph import Tf1Graph
+from .train_step_override import TrainStepOverride
 
 VOCABULARY = Vocabulary(
     framework="tensorflow",
@@ -86,6 +87,7 @@ RULES = (
     MultiGpuModel,
     StrategyScope,
     KerasFit,
+    TrainStepOverride,
     CustomLoop,
     _unless_tf1(DownloadMainProcessFirst),
     KerasSave,

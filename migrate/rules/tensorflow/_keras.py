@@ -73,9 +73,26 @@ class KerasFile:
         self.tf1 = self._tf1_names()
         self.multi_gpu = [c for c in self._calls_named("multi_gpu_model") if self.is_multi_gpu_model(c)]
         self.compiles = [c for c in self.q.findall(self.module, method_call("compile")) if owner_name(c)]
+        overrides = self.train_step_overrides()
         self.custom_steps = [c for c in self.q.findall(self.module, m.Call(func=m.Attribute(
-            attr=m.OneOf(*(m.Name(n) for n in _CUSTOM_STEP))))) if not self.tf1]
+            attr=m.OneOf(*(m.Name(n) for n in _CUSTOM_STEP))))) if not self.tf1
+            and not any(self.q.index.contains(f, c) for f in overrides)]
         self.model_names = self._model_names()
+
+    def train_step_overrides(self) -> list[cst.FunctionDef]:
+        """``train_step`` methods of the module's Keras ``Model`` subclasses (run by ``fit`` on every replica)."""
+        classes = self.model_classes()
+        return [s for c in self.module.body if isinstance(c, cst.ClassDef) and c.name.value in classes
+                for s in body_statements(c) if isinstance(s, cst.FunctionDef) and s.name.value == "train_step"]
+
+    def tensorflow_alias(self) -> str | None:
+        """``tf`` for ``import tensorflow as tf`` at the top of the module."""
+        for statement in self.module.body:
+            for node in self.q.index.of_type(statement, cst.Import):
+                for alias in node.names:
+                    if self.q.module.code_for_node(alias.name) == "tensorflow":
+                        return alias.asname.name.value if alias.asname else "tensorflow"
+        return None
 
     # --- names ------------------------------------------------------------------------------------
 

@@ -96,8 +96,10 @@ class CustomLoop(Rule):
     def _shard_datasets(self, keras: KerasFile) -> None:
         global_batch = self.ctx.options.batch == "global"
         done: set[int] = set()
+        steps = {f.name.value for f in self.q.index.of_type(self.ctx.module, cst.FunctionDef)
+                 if any(self.q.index.contains(f, s) for s in keras.custom_steps)}
         for loop in self.q.findall(self.ctx.module, m.For()):
-            if not self.q.trains(loop.body):
+            if not (self.q.trains(loop.body) or self.q.called_names(loop.body) & steps):
                 continue
             iterable = loop.iter
             if m.matches(iterable, m.Call(func=m.Name("enumerate"))) and iterable.args:

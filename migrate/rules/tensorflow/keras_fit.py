@@ -124,7 +124,7 @@ class KerasFit(Rule):
                             "the chief only and the others in temporary folders it removes")
             elif kind in _EVERY_WORKER_WRITES:
                 self.report(created, "declined", f"{kind} would be written by every worker to the same file",
-                            f"give it a path per worker, or add it to the callbacks only `if dp.is_main_process()`")
+                            "give it a path per worker, or add it to the callbacks only `if dp.is_main_process()`")
 
     def _callback_calls(self, keras: KerasFile, call: cst.Call, scope: cst.CSTNode) -> list[cst.Call]:
         given = argument(call, 99, "callbacks")
