@@ -127,13 +127,19 @@ class StrategyScope(Rule):
         def wrap(statements):
             kept = [s for s, o in zip(statements, originals) if not self.ctx.plan.is_removed(o)]
             first = kept[0]
-            body = [first.with_changes(leading_lines=())] + list(kept[1:])
+            body = [first.with_changes(leading_lines=())] + [_unindented_blank_lines(s) for s in kept[1:]]
             return cst.With(
                 items=[cst.WithItem(self.dp("scope()"))],
                 body=cst.IndentedBlock(body=body),
                 leading_lines=first.leading_lines,
             )
         return wrap
+
+
+def _unindented_blank_lines(statement: cst.BaseStatement) -> cst.BaseStatement:
+    """Blank lines above a statement moved into the block stay empty (no indentation left on them)."""
+    lines = [line.with_changes(indent=False) if line.comment is None else line for line in statement.leading_lines]
+    return statement.with_changes(leading_lines=lines)
 
 
 def _merged(spans: list[list[int]]) -> list[list[int]]:
