@@ -27,6 +27,7 @@ with dp.scope():
     outputs = tf.keras.layers.Dense(1)(inputs)
     model = tf.keras.Model(inputs, outputs)
     model.compile(optimizer=opt, loss="mse")
+model = dp.distributed_model(model)
 model.fit(x, y, batch_size=4)
 """)
 

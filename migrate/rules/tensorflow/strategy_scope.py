@@ -22,7 +22,9 @@ class StrategyScope(Rule):
     The block runs from the first statement that builds something the model or ``compile`` uses
     (``inputs = keras.Input(...)``, layers of a functional model, the optimizer) to ``compile``. A
     function that builds, compiles and returns a model has its call site put under the scope
-    (``model = build_model()``). At world size 1 the scope is TF's default strategy: nothing changes.
+    (``model = build_model()``). ``model = dp.distributed_model(model)`` follows the block: it checks the
+    variables are mirrored and turns Keras 3's unreadable multi-worker ``fit`` failure into an error that
+    names the fix (tf-keras). At world size 1 both are TF's default strategy: nothing changes.
     Leaves alone: models compiled in a block other than the one that builds them, or from a function
     argument (declined: build them under ``dp.scope()`` by hand); hand-written training loops (see
     ``tf-custom-loop``).
@@ -37,6 +39,7 @@ class StrategyScope(Rule):
         ranges: dict[int, tuple[cst.CSTNode, list[list[int]]]] = {}
         builders = keras.compiling_functions()
         parallel = {keras.receiver_name(c): c for c in keras.multi_gpu if keras.receiver_name(c)}
+        built: list[tuple[cst.BaseStatement, str]] = []  # (last statement under the scope, model)
         for compile_call in keras.compiles:
             function = self.q.function_of(compile_call)
             name = owner_name(compile_call)
@@ -55,6 +58,8 @@ class StrategyScope(Rule):
                 continue
             block, first, last = found
             ranges.setdefault(id(block), (block, []))[1].append([first, last])
+            built.append((statements_of(block)[last], self.code(parallel[name].args[0].value) if name in parallel
+                          else name))
             if name in parallel:
                 template = parallel[name].args[0].value
                 name = self.code(template)
@@ -68,12 +73,17 @@ class StrategyScope(Rule):
                     continue
                 index = next(i for i, s in enumerate(statements_of(block)) if s is statement)
                 ranges.setdefault(id(block), (block, []))[1].append([index, index])
+                receiver = keras.receiver_name(call)
+                if receiver:
+                    built.append((statement, receiver))
                 self.report(call, "change", f"{call.func.value}() builds and compiles a model: called under "
                             "dp.scope(), so its variables are mirrored on every worker")
         for block, spans in ranges.values():
             body = statements_of(block)
             for first, last in _merged(spans):
                 self.ctx.plan.group(body[first:last + 1], self._with_scope(body[first:last + 1]))
+        for statement, name in built:
+            self.ctx.plan.insert_after(statement, self.statement(f"{name} = {{dp}}.distributed_model({name})\n"))
 
     def _range(self, keras: KerasFile, compile_call: cst.Call, parallel_call: cst.Call | None):
         """(block, first index, last index) of the statements that build and compile the model."""
