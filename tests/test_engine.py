@@ -87,8 +87,6 @@ def test_a_file_that_only_mentions_torch_in_a_comment_is_left_alone():
 @pytest.mark.parametrize(
     "source, framework, generation",
     [
-        ("import tensorflow as tf\nsess = tf.compat.v1.Session()\n", "tensorflow", "tf1-graph"),
-        ("import tensorflow as tf\nm = tf.keras.Sequential()\nm.fit(x, y)\n", "tensorflow", "tf2-keras"),
         ("import paddle\nimport paddle.fluid as fluid\nexe = fluid.Executor()\n", "paddle", "fluid"),
         ("import paddle\npaddle.enable_static()\n", "paddle", "static"),
         ("import paddle\nnet = paddle.nn.Linear(2, 1)\n", "paddle", "dygraph"),

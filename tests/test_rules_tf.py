@@ -201,7 +201,7 @@ with tf.Session() as sess:
     print(sess.run(loss, feed_dict={x: [[1.0, 2.0]]}))
 """
     result = assert_unchanged(source)
-    assert [f.rule for f in result.findings if f.severity != "note"] == ["tf1-graph"]
+    assert [f.rule for f in result.findings if f.severity != "note"] == ["tf-legacy-graph"]
 
 
 def test_standalone_keras_imports_are_read_through_tensorflow():
@@ -224,3 +224,28 @@ def block(width):
     return tf.keras.Sequential([tf.keras.layers.Dense(width), tf.keras.layers.ReLU()])
 print(block(4))
 """)
+
+
+def test_keras_downloads_run_on_the_main_process_first():
+    result = convert_text(HEAD + """
+import tensorflow_datasets as tfds
+path = tf.keras.utils.get_file("data.npz", "https://example.com/data.npz")
+ds = tfds.load("mnist", split="train", as_supervised=True)
+model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+model.fit(np.zeros((8, 3)), np.zeros((8, 1)), batch_size=4)
+""", select=("download-main-process-first",))
+    assert ("with dp.main_process_first():\n"
+            "    path = tf.keras.utils.get_file(\"data.npz\", \"https://example.com/data.npz\")\n"
+            "    ds = tfds.load(\"mnist\", split=\"train\", as_supervised=True)\n") in result.output.decode()
+
+
+def test_a_tf2_script_using_compat_v1_logging_is_still_converted():
+    result = convert_text(HEAD + """
+tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+model.fit(np.zeros((8, 3)), np.zeros((8, 1)), batch_size=4)
+""")
+    assert "with dp.scope():" in result.output.decode()
+    assert not findings_of(result, "tf-legacy-graph")

@@ -17,12 +17,10 @@ from ...codemod import patterns as m
 from ...codemod.query import Query, body_statements, target_names
 
 KERAS_PACKAGES = ("tensorflow.keras", "keras", "tf_keras", "tensorflow.python.keras")
-TF1_PREFIXES = (
-    "tensorflow.compat.v1", "tensorflow.Session", "tensorflow.placeholder", "tensorflow.InteractiveSession",
-    "tensorflow.global_variables_initializer", "tensorflow.get_variable", "tensorflow.train.AdamOptimizer",
-    "tensorflow.train.GradientDescentOptimizer", "tensorflow.train.MomentumOptimizer",
-    "tensorflow.train.RMSPropOptimizer", "tensorflow.variable_scope", "tensorflow.contrib",
-)
+TF1_MARKERS = {  # names under tensorflow (or tensorflow.compat.v1) that only graph-mode code uses
+    "Session", "InteractiveSession", "placeholder", "get_variable", "variable_scope", "disable_v2_behavior",
+    "disable_eager_execution", "global_variables_initializer", "train.Saver", "train.MonitoredTrainingSession",
+}
 MULTI_GPU_MODEL = {
     f"{p}.utils.{m}multi_gpu_model" for p in KERAS_PACKAGES for m in ("", "training_utils.", "multi_gpu_utils.")
 }
@@ -108,18 +106,22 @@ class KerasFile:
                 or (isinstance(c.func, cst.Attribute) and c.func.attr.value == last)]
 
     def _tf1_names(self) -> cst.CSTNode | None:
-        """The first use of a TF1 graph-mode API (``tf.compat.v1``, ``tf.Session``, ``tf.placeholder``...)."""
-        if not self.q.index.possible(TF1_PREFIXES):
+        """The first use of a TF1 graph-mode API (a ``Session``, a ``placeholder``, ``get_variable``, a
+        ``tf.train`` optimizer...), also through ``tensorflow.compat.v1``; TF2 scripts that only use
+        ``tf.compat.v1.logging`` and the like are not graph code."""
+        if not self.q.index.possible(("tensorflow",)) or not self.q.index.possible(
+                tuple(TF1_MARKERS) + ("AdamOptimizer", "GradientDescentOptimizer", "MomentumOptimizer",
+                                      "RMSPropOptimizer", "AdagradOptimizer")):
             return None
-        for node in self.q.index.of_type(self.module, cst.Attribute, cst.ImportFrom, cst.Import):
-            if isinstance(node, (cst.Import, cst.ImportFrom)):
-                dotted = self.q.module.code_for_node(node)
-                if "compat.v1" in dotted or "tensorflow.contrib" in dotted:
+        for node in self.q.index.of_type(self.module, cst.Attribute, cst.Name):
+            parent = self.q.parent(node)
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                continue  # the outermost attribute only
+            for name in self.q.index.qualified_names_under(node, "tensorflow"):
+                short = name.replace("tensorflow.compat.v1.", "tensorflow.", 1)[len("tensorflow."):]
+                if short in TF1_MARKERS or short.startswith("contrib.") or (
+                        short.startswith("train.") and short.endswith("Optimizer")):
                     return node
-                continue
-            names = self.q.index.qualified_names_under(node, "tensorflow")
-            if any(n == p or n.startswith(p + ".") for n in names for p in TF1_PREFIXES):
-                return node
         return None
 
     # --- models -----------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ class CustomLoop(Rule):
               train_ds = tf.data.Dataset...batch(64)   ->  train_ds = dp.distributed_loader(tf.data.Dataset...batch(64))
     ``--batch global`` makes the pipeline's ``.batch(B)`` ``.batch(dp.per_rank_batch_size(B))``.
     ``keras.metrics`` objects then measure this worker's shard; what they print is the chief's.
-    Declined (with the fix): a loss that is a sum or already divided by a global batch
+    Leaves alone: evaluation loops (every worker reads all of their data). Declined (with the fix): a
+    loss that is a sum or already divided by a global batch
     (``reduce_sum``, ``compute_average_loss``: the average over the workers would shrink it N times),
     an optimizer or dataset not built in the function that uses it.
     """

@@ -32,7 +32,7 @@ class Tf1Graph(Rule):
     still runs.
     """
 
-    name = "tf1-graph"
+    name = "tf-legacy-graph"
 
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)

@@ -21,8 +21,9 @@ class TrainStepOverride(Rule):
     are scaled already and are left alone.
     Example:  loss = self.loss_fn(y, y_pred)      ->  loss = self.loss_fn(y, y_pred)
                                                       loss = loss / tf.distribute.get_strategy().num_replicas_in_sync
-    At world size 1 the divisor is 1. Declined (with that fix): a tape whose loss is not assigned
-    inside it, or a file without ``import tensorflow as <name>``.
+    At world size 1 the divisor is 1.
+    Leaves alone: losses from ``self.compiled_loss``/``self.compute_loss``. Declined (with that fix): a
+    tape whose loss is not assigned inside it, or a file without ``import tensorflow as <name>``.
     """
 
     name = "keras-train-step-loss"
