@@ -15,7 +15,8 @@ _SUMMED_LOSS = {"tensorflow.reduce_sum", "tensorflow.math.reduce_sum", "tensorfl
 class CustomLoop(Rule):
     """Average a custom loop's gradients over the workers and give each worker its shard of the data.
 
-    Why this way (all-reduced gradients, Horovod's way) rather than ``strategy.run``: the loop, the
+    Why: without it every worker trains its own copy. Why this way (all-reduced gradients, Horovod's way)
+    rather than ``strategy.run``: the loop, the
     ``@tf.function`` step and the loss stay exactly as written. Each worker computes the gradient of
     its loss, a mean over its local batch; ``dp.distributed_optimizer`` makes ``apply_gradients``
     average those gradients over the workers first (and start every worker from worker 0's weights),
