@@ -65,6 +65,8 @@ def save(obj, path, *, is_chief: bool, barrier, weights_only: bool = False, **kw
         barrier()
         return path
     folder, name = os.path.split(os.path.abspath(path))
+    if is_chief and isinstance(obj, tf.train.Checkpoint):
+        os.makedirs(folder, exist_ok=True)  # as Checkpoint.save itself does
     scratch = tempfile.mkdtemp(dir=folder if is_chief else None, prefix=f".{name}.dpmigrate-save.")
     try:
         written = _write(obj, os.path.join(scratch, name), weights_only, kwargs)
@@ -87,5 +89,5 @@ def save(obj, path, *, is_chief: bool, barrier, weights_only: bool = False, **kw
 
 def _update_checkpoint_state(folder: str, prefix_name: str) -> None:
     """The ``checkpoint`` index file ``tf.train.latest_checkpoint`` reads, pointing at the new prefix."""
-    tf.train.update_checkpoint_state(folder, os.path.join(folder, prefix_name),
+    tf.compat.v1.train.update_checkpoint_state(folder, os.path.join(folder, prefix_name),
                                      all_model_checkpoint_paths=[os.path.join(folder, prefix_name)])

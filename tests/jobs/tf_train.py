@@ -25,6 +25,7 @@ parser.add_argument("--steps", type=int, default=12)
 parser.add_argument("--out", required=True)
 parser.add_argument("--save")
 parser.add_argument("--report")
+parser.add_argument("--initial")
 args = parser.parse_args()
 
 dp.init()
@@ -43,6 +44,8 @@ def build():
     return model
 
 
+if args.initial:
+    np.savez(args.initial, *build().get_weights())
 local_batch = dp.per_rank_batch_size(args.batch_size)
 if args.mode == "fit":
     with dp.scope():
@@ -53,6 +56,8 @@ if args.mode == "fit":
     model.fit(data, epochs=1, verbose=0)
 elif args.mode == "tape":
     model = build()
+    if dp.rank() > 0:  # a worker whose (random) initialisation differs: the optimizer starts it from worker 0's
+        model.set_weights([w + 1.0 for w in model.get_weights()])
     optimizer = dp.distributed_optimizer(keras.optimizers.SGD(0.1))
     data = dp.distributed_loader(tf.data.Dataset.from_tensor_slices((x, y)).batch(local_batch))
 
