@@ -84,20 +84,6 @@ def test_a_file_that_only_mentions_torch_in_a_comment_is_left_alone():
     assert result.output == source and result.framework is None
 
 
-@pytest.mark.parametrize(
-    "source, framework, generation",
-    [
-        ("import tensorflow as tf\nsess = tf.compat.v1.Session()\n", "tensorflow", "tf1-graph"),
-        ("import tensorflow as tf\nm = tf.keras.Sequential()\nm.fit(x, y)\n", "tensorflow", "tf2-keras"),
-    ],
-)
-def test_frameworks_not_supported_yet_are_left_unchanged_with_a_note(source, framework, generation):
-    result = convert(source.encode(), "train.py")
-    assert result.output == source.encode() and (result.framework, result.generation) == (framework, generation)
-    [note] = result.findings
-    assert note.severity == "note" and generation in note.message and "not supported yet" in note.message
-
-
 def test_a_file_mixing_frameworks_is_declined_and_never_half_converted():
     source = b"import torch\nimport tensorflow as tf\nopt = torch.optim.SGD(p, lr=1)\nloss.backward()\n"
     result = convert(source, "mixed.py")

@@ -11,7 +11,7 @@ from fixture_cases import cases, finding_lines, run
 
 FRAMEWORKS = ("torch", "paddle", "tensorflow")
 CASES = [case for framework in FRAMEWORKS for case in cases(framework)]
-MINIMUM_CASES = {"torch": 12, "paddle": 8}
+MINIMUM_CASES = {"torch": 12, "paddle": 8, "tensorflow": 12}
 
 
 def _case_id(case):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -77,9 +78,21 @@ def test_the_registry_knows_which_packages_mean_which_framework():
     assert framework_of_package("numpy") is None
 
 
-def test_a_framework_without_rules_is_detected_and_left_alone():
-    source = b"import tensorflow as tf\nsess = tf.compat.v1.Session()\n"
+def test_a_framework_without_rules_is_detected_and_left_alone(monkeypatch):
+    """A registered framework whose folder has a vocabulary but no rules yet: files are detected, said to be
+    unsupported, and returned byte for byte (how Paddle and TensorFlow started)."""
+    from dpmigrate.codemod.vocabulary import Vocabulary
+
+    rule_set = types.ModuleType("toy_vocabulary_only")
+    rule_set.RULES = ()
+    rule_set.VOCABULARY = Vocabulary(
+        framework="toyold", display_name="ToyOld", runtime_module="dpmigrate.runtime.toyold",
+        default_generation="v2", generations=(("toyold.session", "v1-graph"),),
+    )
+    monkeypatch.setitem(sys.modules, "toy_vocabulary_only", rule_set)
+    monkeypatch.setitem(REGISTRY, "toyold", Framework("toyold", ("toyold",), "toy_vocabulary_only"))
+    source = b"import toyold\nsess = toyold.session.Session()\n"
     result = convert(source, "p.py", Options())
     assert result.output == source
-    assert result.generation == "tf1-graph"
-    assert "TensorFlow (tf1-graph) is not supported yet" in result.findings[0].message
+    assert result.generation == "v1-graph"
+    assert "ToyOld (v1-graph) is not supported yet" in result.findings[0].message

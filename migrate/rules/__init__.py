@@ -9,12 +9,13 @@ from __future__ import annotations
 
 
 def all_rules() -> list:
-    """Every rule class of every framework, each once, in the order the frameworks list them."""
+    """Every rule of every framework, each name once (a shared rule a framework adapts, e.g. TensorFlow's
+    that skip TF1 graph files, is the same rule), in the order the frameworks list them."""
     from ..frameworks import REGISTRY
 
     seen: list = []
     for framework in REGISTRY.values():
         for rule in framework.rule_set().RULES:
-            if rule not in seen:
+            if rule.name not in {r.name for r in seen}:
                 seen.append(rule)
     return seen

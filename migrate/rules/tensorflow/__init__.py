@@ -1,11 +1,37 @@
-"""TensorFlow and Keras: the vocabulary only, so far (no rules yet: files are detected and left alone).
+"""TensorFlow and Keras: the vocabulary and the conversion rules, in the order the engine runs them.
 
-Detection uses it to say which API generation a file is written in.
+The target is ``dpmigrate.runtime.tensorflow`` (``MultiWorkerMirroredStrategy``). Keras
+``compile``/``fit`` scripts get their models built under ``dp.scope()`` and the batch policy on
+``fit``; hand-written ``GradientTape`` loops get averaged gradients and sharded ``tf.data``;
+``multi_gpu_model`` (gone since TF 2.4) is replaced by the scope; TF1 graph code is recognised and
+reported, the whole file left unchanged (the shared rules below skip it too: a half-converted graph
+script would train N whole copies with its prints on the chief). The rules shared with every framework
+live in ``rules/common`` and read this file's :data:`VOCABULARY`.
 """
 
 from __future__ import annotations
 
 from ...codemod.vocabulary import Vocabulary
+from ..common import (
+    DownloadMainProcessFirst,
+    InitRuntime,
+    LocalStop,
+    MainProcessLogging,
+    MainProcessOutput,
+    MainProcessPrint,
+    RankDivergence,
+    SharedFolders,
+)
+from ._keras import KERAS_PACKAGES, KerasFile
+from .custom_loop import CustomLoop
+from .keras_fit import KerasFit
+from .keras_rank_divergence import KerasRankDivergence
+from .keras_save import KerasSave
+from .multi_gpu_model import MultiGpuModel
+from .standalone_keras import StandaloneKeras
+from .strategy_scope import StrategyScope
+from .tf1_graph import Tf1Graph
+from .train_step_override import TrainStepOverride
 
 VOCABULARY = Vocabulary(
     framework="tensorflow",
@@ -22,6 +48,54 @@ VOCABULARY = Vocabulary(
         ("tensorflow.keras", "tf2-keras"),
         ("keras", "tf2-keras"),
     ),
+    distributed_prefixes=(
+        "tensorflow.distribute", "tensorflow.contrib.distribute", "tensorflow.compat.v1.distribute",
+        "horovod.tensorflow", "horovod.keras", "horovod.tensorflow.keras",
+    ),
+    distributed_description="tf.distribute strategies / Horovod",
+    # what trains: Keras' fit, an optimizer applying gradients (a method of any object: the owner's name decides nothing)
+    backward_methods=("fit", "fit_generator", "train_on_batch", "apply_gradients", "minimize"),
+    save_calls=frozenset({"tensorflow.saved_model.save"}),
+    download_prefixes=(
+        *(f"{p}.utils.get_file" for p in KERAS_PACKAGES),
+        *(f"{p}.datasets." for p in KERAS_PACKAGES),
+        "tensorflow_datasets.load", "tensorflow_datasets.builder",
+    ),
+    pretrained_prefixes=tuple(f"{p}.applications." for p in KERAS_PACKAGES),
+    collectives=frozenset({"tensorflow.saved_model.save"}),
 )
 
-RULES = ()
+
+def _unless_tf1(rule):
+    """``rule``, doing nothing on TF1 graph files (left unchanged as a whole; see :class:`Tf1Graph`)."""
+
+    class OnTf2Only(rule):
+        __doc__ = rule.__doc__
+
+        def run(self) -> None:
+            if self.ctx.analysis(KerasFile).tf1 is None:
+                super().run()
+
+    OnTf2Only.__name__ = OnTf2Only.__qualname__ = rule.__name__
+    return OnTf2Only
+
+
+RULES = (
+    _unless_tf1(InitRuntime),
+    Tf1Graph,
+    StandaloneKeras,
+    MultiGpuModel,
+    StrategyScope,
+    KerasFit,
+    TrainStepOverride,
+    CustomLoop,
+    _unless_tf1(DownloadMainProcessFirst),
+    KerasSave,
+    _unless_tf1(MainProcessPrint),
+    _unless_tf1(MainProcessLogging),
+    _unless_tf1(MainProcessOutput),
+    _unless_tf1(SharedFolders),
+    _unless_tf1(LocalStop),
+    RankDivergence,
+    KerasRankDivergence,
+)

@@ -1,0 +1,299 @@
+"""What the TensorFlow rules ask of a file: which names are Keras models, which are compiled, which
+loops train by hand, which datasets feed them, and whether the file is TF1 graph code.
+
+One analysis per file (``ctx.analysis(KerasFile)``), from the original tree only, so that every TF rule
+can run alone and all of them agree (the scope rule and the fit rule act on the same compiled models;
+the save rule knows the models the multi-GPU rule renames). Matching is by qualified name under the
+Keras namespaces (``tensorflow.keras``, standalone ``keras``, ``tf_keras``), never by spelling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+
+from ...codemod import patterns as m
+from ...codemod.query import Query, body_statements, target_names
+
+KERAS_PACKAGES = ("tensorflow.keras", "keras", "tf_keras", "tensorflow.python.keras")
+TF1_MARKERS = {  # names under tensorflow (or tensorflow.compat.v1) that only graph-mode code uses
+    "Session", "InteractiveSession", "placeholder", "get_variable", "variable_scope", "disable_v2_behavior",
+    "disable_eager_execution", "global_variables_initializer", "train.Saver", "train.MonitoredTrainingSession",
+}
+MULTI_GPU_MODEL = {
+    f"{p}.utils.{m}multi_gpu_model" for p in KERAS_PACKAGES for m in ("", "training_utils.", "multi_gpu_utils.")
+}
+_MODEL_CLASSES = ("Model", "Sequential")
+_CUSTOM_STEP = ("apply_gradients", "minimize")
+
+
+def method_call(name: str) -> m.Call:
+    return m.Call(func=m.Attribute(attr=m.Name(name)))
+
+
+def owner_name(call: cst.Call) -> str | None:
+    """``"model"`` for ``model.fit(...)``."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+        return func.value.value
+    return None
+
+
+def argument(call: cst.Call, position: int, keyword: str) -> cst.Arg | None:
+    """The argument given as ``keyword=`` or at ``position`` (positional, no star before it)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg
+    positional = []
+    for arg in call.args:
+        if arg.star:
+            return None
+        if arg.keyword is None:
+            positional.append(arg)
+    return positional[position] if position < len(positional) else None
+
+
+@dataclasses.dataclass
+class Assignment:
+    """``name = value`` as one statement of a block."""
+
+    statement: cst.SimpleStatementLine
+    value: cst.BaseExpression
+
+
+class KerasFile:
+    """Keras models, compiled models, hand-written training steps and datasets of one module."""
+
+    def __init__(self, ctx) -> None:
+        self.q: Query = ctx.query
+        self.module = ctx.module
+        self.tf1 = self._tf1_names()
+        self.multi_gpu = [c for c in self._calls_named("multi_gpu_model") if self.is_multi_gpu_model(c)]
+        self.compiles = [c for c in self.q.findall(self.module, method_call("compile")) if owner_name(c)]
+        overrides = self.train_step_overrides()
+        self.custom_steps = [c for c in self.q.findall(self.module, m.Call(func=m.Attribute(
+            attr=m.OneOf(*(m.Name(n) for n in _CUSTOM_STEP))))) if not self.tf1
+            and not any(self.q.index.contains(f, c) for f in overrides)]
+        self.model_names = self._model_names()
+
+    def train_step_overrides(self) -> list[cst.FunctionDef]:
+        """``train_step`` methods of the module's Keras ``Model`` subclasses (run by ``fit`` on every replica)."""
+        classes = self.model_classes()
+        return [s for c in self.module.body if isinstance(c, cst.ClassDef) and c.name.value in classes
+                for s in body_statements(c) if isinstance(s, cst.FunctionDef) and s.name.value == "train_step"]
+
+    def tensorflow_alias(self) -> str | None:
+        """``tf`` for ``import tensorflow as tf`` at the top of the module."""
+        for statement in self.module.body:
+            for node in self.q.index.of_type(statement, cst.Import):
+                for alias in node.names:
+                    if self.q.module.code_for_node(alias.name) == "tensorflow":
+                        return alias.asname.name.value if alias.asname else "tensorflow"
+        return None
+
+    # --- names ------------------------------------------------------------------------------------
+
+    def under_keras(self, node: cst.CSTNode) -> set[str]:
+        return {n for p in ("tensorflow", "keras", "tf_keras") for n in self.q.index.qualified_names_under(node, p)}
+
+    def is_multi_gpu_model(self, call: cst.Call) -> bool:
+        return self.q.is_call_to(call, MULTI_GPU_MODEL)
+
+    def _calls_named(self, last: str) -> list[cst.Call]:
+        return [c for c in self.q.index.of_type(self.module, cst.Call)
+                if (isinstance(c.func, cst.Name) and c.func.value == last)
+                or (isinstance(c.func, cst.Attribute) and c.func.attr.value == last)]
+
+    def _tf1_names(self) -> cst.CSTNode | None:
+        """The first use of a TF1 graph-mode API (a ``Session``, a ``placeholder``, ``get_variable``, a
+        ``tf.train`` optimizer...), also through ``tensorflow.compat.v1``; TF2 scripts that only use
+        ``tf.compat.v1.logging`` and the like are not graph code."""
+        if not self.q.index.possible(("tensorflow",)) or not self.q.index.possible(
+                tuple(TF1_MARKERS) + ("AdamOptimizer", "GradientDescentOptimizer", "MomentumOptimizer",
+                                      "RMSPropOptimizer", "AdagradOptimizer")):
+            return None
+        for node in self.q.index.of_type(self.module, cst.Attribute, cst.Name):
+            parent = self.q.parent(node)
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                continue  # the outermost attribute only
+            for name in self.q.index.qualified_names_under(node, "tensorflow"):
+                short = name.replace("tensorflow.compat.v1.", "tensorflow.", 1)[len("tensorflow."):]
+                if short in TF1_MARKERS or short.startswith("contrib.") or (
+                        short.startswith("train.") and short.endswith("Optimizer")):
+                    return node
+        return None
+
+    # --- models -----------------------------------------------------------------------------------
+
+    def is_model_construction(self, value: cst.BaseExpression) -> bool:
+        """``keras.Sequential(...)``, ``keras.Model(inputs, outputs)``, ``applications.ResNet50(...)``,
+        ``models.load_model(...)``, the script's own ``keras.Model`` subclass, or a module function
+        that returns one of those."""
+        if not isinstance(value, cst.Call):
+            return False
+        for name in self.under_keras(value.func):
+            last = name.rsplit(".", 1)[-1]
+            if last in _MODEL_CLASSES or ".applications." in name or last == "load_model":
+                return True
+        if isinstance(value.func, cst.Name):
+            if value.func.value in self.model_classes():
+                return True
+            function = self.q.module_functions().get(value.func.value)
+            if function is not None and self.returns_model(function):
+                return True
+        return False
+
+    def model_classes(self) -> set[str]:
+        """The module's classes deriving (directly) from a Keras ``Model``."""
+        found = set()
+        for statement in self.module.body:
+            if isinstance(statement, cst.ClassDef) and any(
+                any(n.rsplit(".", 1)[-1] == "Model" for n in self.under_keras(base.value)) for base in statement.bases
+            ):
+                found.add(statement.name.value)
+        return found
+
+    def returns_model(self, function: cst.FunctionDef) -> bool:
+        """The function builds a model and returns it (``return model``)."""
+        for ret in self.q.index.of_type(function, cst.Return):
+            if isinstance(ret.value, cst.Name):
+                for assign in self.assignments(function, ret.value.value):
+                    if assign.value is not None and self._constructs(assign.value):
+                        return True
+            elif ret.value is not None and self._constructs(ret.value):
+                return True
+        return False
+
+    def _constructs(self, value: cst.BaseExpression) -> bool:
+        if not isinstance(value, cst.Call):
+            return False
+        names = self.under_keras(value.func)
+        return any(n.rsplit(".", 1)[-1] in _MODEL_CLASSES or ".applications." in n for n in names) or (
+            isinstance(value.func, cst.Name) and value.func.value in self.model_classes())
+
+    def compiling_functions(self) -> dict[str, cst.FunctionDef]:
+        """Module functions that build, compile and return a model: their call sites go under the scope."""
+        found = {}
+        for name, function in self.q.module_functions().items():
+            compiled = {owner_name(c) for c in self.compiles if self.q.function_of(c) is function}
+            for ret in self.q.index.of_type(function, cst.Return):
+                if isinstance(ret.value, cst.Name) and ret.value.value in compiled:
+                    found[name] = function
+        return found
+
+    def _model_names(self) -> set[str]:
+        names = {owner_name(c) for c in self.compiles}
+        builders = set(self.compiling_functions())
+        for assign in self.q.findall(self.module, m.Assign()):
+            if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name) and (
+                self.is_model_construction(assign.value) or (
+                    isinstance(assign.value, cst.Call) and isinstance(assign.value.func, cst.Name)
+                    and assign.value.func.value in builders)
+            ):
+                names.add(assign.targets[0].target.value)
+        for call in self.multi_gpu:
+            receiver = self.receiver_name(call)
+            if receiver:
+                names.add(receiver)
+        return {n for n in names if n}
+
+    # --- statements and assignments ---------------------------------------------------------------
+
+    def receiver_name(self, call: cst.Call) -> str | None:
+        """``x`` for the statement ``x = call``."""
+        parent = self.q.parent(call)
+        if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            if isinstance(target, cst.Name):
+                return target.value
+        return None
+
+    def assignments(self, scope: cst.CSTNode, name: str) -> list[Assignment]:
+        """Every ``name = value`` statement of ``scope`` (not of functions nested in it), in order."""
+        found = []
+        for assign in self.q.findall(scope, m.Assign()):
+            owner = self.q.function_of(assign)
+            if owner is not (scope if isinstance(scope, cst.FunctionDef) else None):
+                continue
+            if len(assign.targets) == 1 and target_names(assign.targets[0].target) == {name}:
+                statement = self.q.statement_of(assign)
+                if isinstance(statement, cst.SimpleStatementLine):
+                    found.append(Assignment(statement, assign.value))
+        return found
+
+    def scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        return self.q.function_of(node) or self.module
+
+    def last_assignment_before(self, node: cst.CSTNode, name: str) -> Assignment | None:
+        before = [a for a in self.assignments(self.scope_of(node), name) if _starts_before(self.q, a.statement, node)]
+        return before[-1] if before else None
+
+    # --- datasets ---------------------------------------------------------------------------------
+
+    def is_dataset_chain(self, value: cst.BaseExpression, scope: cst.CSTNode, seen: frozenset[str] = frozenset()) -> bool:
+        """``tf.data.Dataset.from_tensor_slices(...).batch(B)``, ``ds.shuffle(...).batch(B)`` of such a
+        ``ds``, or ``tfds.load(...)``: a ``tf.data`` pipeline."""
+        for call in self.q.findall(value, m.Call()):
+            if self.q.index.qualified_names_under(call.func, "tensorflow.data") or \
+                    self.q.index.qualified_names_under(call.func, "tensorflow_datasets"):
+                return True
+            if m.matches(call.func, m.Attribute(attr=m.Name("batch") | m.Name("padded_batch"))):
+                return True
+        root = chain_root(value)
+        if isinstance(root, cst.Name) and root.value not in seen:
+            return any(self.is_dataset_chain(a.value, scope, seen | {root.value})
+                       for a in self.assignments(scope, root.value))
+        return False
+
+    def batch_calls(self, value: cst.BaseExpression, scope: cst.CSTNode,
+                    seen: frozenset[str] = frozenset()) -> list[cst.Call]:
+        """The ``.batch(B)`` calls that make the batches of a dataset chain (following ``ds = ds.batch(B)``)."""
+        found = [c for c in self.q.findall(value, m.Call(func=m.Attribute(attr=m.Name("batch"))))]
+        if found:
+            return found
+        root = chain_root(value)
+        if isinstance(root, cst.Name) and root.value not in seen:
+            earlier = [a for a in self.assignments(scope, root.value) if _starts_before(self.q, a.statement, value)]
+            if earlier:
+                return self.batch_calls(earlier[-1].value, scope, seen | {root.value})
+        return []
+
+
+def chain_root(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``ds`` for ``ds.shuffle(10).batch(4)``."""
+    while True:
+        if isinstance(value, cst.Call):
+            value = value.func
+        elif isinstance(value, cst.Attribute):
+            value = value.value
+        else:
+            return value
+
+
+def _starts_before(query: Query, statement: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """``statement`` comes before ``node`` in the file (and does not contain it)."""
+    if query.index.contains(statement, node):
+        return False
+    return _order(query, statement) < _order(query, node)
+
+
+def _order(query: Query, node: cst.CSTNode) -> tuple[int, ...]:
+    """The path of child positions from the module to ``node``: sorts nodes in source order."""
+    path = []
+    current = node
+    while True:
+        parent = query.parent(current)
+        if parent is None:
+            break
+        children = parent.children
+        path.append(next(i for i, c in enumerate(children) if c is current))
+        current = parent
+    return tuple(reversed(path))
+
+
+def statements_of(block: cst.CSTNode) -> list[cst.BaseStatement]:
+    """The statements of a module or an indented block (or a compound statement's body)."""
+    if isinstance(block, (cst.Module, cst.IndentedBlock)):
+        return list(block.body)
+    return list(body_statements(block))

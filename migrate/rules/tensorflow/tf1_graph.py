@@ -1,0 +1,62 @@
+"""TF1 graph code (sessions, placeholders): in-graph towers recognised, the rest reported, nothing half-converted."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ...codemod import patterns as m
+from ...codemod.rule import Rule
+from ._keras import KerasFile
+
+_DEVICES = {"tensorflow.device", "tensorflow.compat.v1.device"}
+_GRADIENTS = ("compute_gradients", "gradients", "minimize", "apply_gradients")
+_REPLACEMENT = (
+    "the modern replacement is tf.distribute: port the graph to TF2 (a tf.function step, one model), build it "
+    "under MirroredStrategy (one machine) or MultiWorkerMirroredStrategy (several), drop the tower loop and "
+    "average_gradients (the strategy all-reduces), then run dpmigrate again on the TF2 script"
+)
+
+
+class Tf1Graph(Rule):
+    """Report TF1 graph training (``tf.compat.v1`` sessions, placeholders) and leave the whole file unchanged.
+
+    Why: a graph built for ``Session.run`` has no correct automatic multi-worker form here: between-
+    graph replication needs a parameter server or a collective graph rewrite, and a half-converted
+    file (prints on the chief, training still whole on every worker) would train N copies silently.
+    In-graph tower loops (``for i in range(num_gpus): with tf.device('/gpu:%d' % i): ...`` with
+    ``average_gradients``, or ``make_parallel`` splitting the batch with ``tf.split``) are already
+    multi-GPU on one machine: reported as such, with the modern replacement.
+    Example:  for i in range(N_GPU):
+                  with tf.device('/gpu:%d' % i): ...   -> reported: in-graph towers, already multi-GPU
+    Leaves alone: the whole file (every other TF rule does nothing on it); the rank-divergence check
+    still runs.
+    """
+
+    name = "tf-legacy-graph"
+
+    def finish(self) -> None:
+        keras = self.ctx.analysis(KerasFile)
+        if keras.tf1 is None:
+            return
+        towers = [loop for loop in self.q.findall(self.ctx.module, m.For()) if self._is_tower_loop(loop)]
+        for loop in towers:
+            self.report(loop, "declined", "in-graph tower loop (one model replica per GPU under tf.device, their "
+                        "outputs or gradients combined in the graph): this TF1 script is already multi-GPU on one "
+                        "machine; left unchanged", _REPLACEMENT)
+        if towers:
+            return
+        steps = [c for c in self.q.findall(self.ctx.module, m.Call(func=m.Attribute(attr=m.Name("minimize") |
+                 m.Name("apply_gradients"))))]
+        where = steps[0] if steps else keras.tf1
+        self.report(where, "declined", "TF1 graph training (tf.compat.v1 / Session): no correct automatic multi-worker "
+                    "conversion exists for it here, so the file is left unchanged", _REPLACEMENT + " (or, staying on "
+                    "TF1, Horovod: hvd.DistributedOptimizer(opt) and hvd.BroadcastGlobalVariablesHook(0))")
+
+    def _is_tower_loop(self, loop: cst.For) -> bool:
+        devices = [w for w in self.q.findall(loop.body, m.With()) if any(
+            isinstance(i.item, cst.Call) and self.q.is_call_to(i.item, _DEVICES) for i in w.items)]
+        if not devices:
+            return False
+        calls = self.q.findall(loop.body, m.Call())
+        return any(isinstance(c.func, cst.Attribute) and c.func.attr.value in _GRADIENTS for c in calls) or any(
+            isinstance(c.func, cst.Name) for c in calls)
