@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ...codemod import patterns as m
 from ...codemod.loaders import LoaderFlow
-from ...codemod.rule import Rule
+from ..torch.global_batch_size import GlobalBatchSize
 from ._analyses import TRAINING_DATA, HighLevelModels, argument, is_static, training_loaders
 
 
-class PaddleGlobalBatchSize(Rule):
+class PaddleGlobalBatchSize(GlobalBatchSize):
     """Rewrite a training batch size B to ``dp.per_rank_batch_size(B)`` (``--batch global``).
 
     Why: by default (``--batch per-device``) each rank keeps B, so the global batch grows N times. With
@@ -27,6 +26,7 @@ class PaddleGlobalBatchSize(Rule):
     """
 
     name = "paddle-global-batch-size"
+    positional_batch_size = None  # paddle.io.DataLoader(dataset, feed_list=None, ...): never the batch size
 
     def finish(self) -> None:
         if self.ctx.options.batch != "global" or is_static(self.ctx):
@@ -56,32 +56,3 @@ class PaddleGlobalBatchSize(Rule):
             value=self.dp_call("per_rank_batch_size", updated.value)))
         self.report(node, "change", f"--batch global: batch size {self.code(value)} -> dp.per_rank_batch_size(...), "
                     "so the global batch stays the same")
-
-    def _batch_sizes(self, call: cst.Call) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
-        for arg in call.args:
-            if arg.keyword is not None and arg.keyword.value == "batch_size":
-                return [(arg, arg.value)]
-        sites = []
-        for arg in call.args:
-            if arg.star == "**" and isinstance(arg.value, cst.Name):
-                sites.extend(self._in_kwargs_dict(call, arg.value.value))
-        return sites
-
-    def _in_kwargs_dict(self, call: cst.Call, name: str) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
-        scope = self.q.function_of(call) or self.ctx.module
-        sites = []
-        for assign in self.q.findall(scope, m.Assign(targets=[m.AssignTarget(m.Name(name))])):
-            value = assign.value
-            if isinstance(value, cst.Dict):
-                sites += [(e, e.value) for e in value.elements if _is_key(e, "batch_size")]
-            elif m.matches(value, m.Call(func=m.Name("dict"))):
-                sites += [(a, a.value) for a in value.args if a.keyword and a.keyword.value == "batch_size"]
-        return sites
-
-
-def _is_key(element: cst.BaseDictElement, key: str) -> bool:
-    return (
-        isinstance(element, cst.DictElement)
-        and isinstance(element.key, cst.SimpleString)
-        and element.key.evaluated_value == key
-    )

@@ -24,6 +24,7 @@ class GlobalBatchSize(Rule):
     """
 
     name = "global-batch-size"
+    positional_batch_size = 1  # the loader's positional parameter that is the batch size (None: no such parameter)
 
     def finish(self) -> None:
         if self.ctx.options.batch != "global":
@@ -45,7 +46,7 @@ class GlobalBatchSize(Rule):
         for index, arg in enumerate(call.args):
             if arg.keyword is not None and arg.keyword.value == "batch_size":
                 return [(arg, arg.value)]
-            if arg.keyword is None and not arg.star and index == 1:
+            if arg.keyword is None and not arg.star and index == self.positional_batch_size:
                 return [(arg, arg.value)]
         sites = []
         for arg in call.args:
