@@ -21,6 +21,7 @@ Output lines are ``[rank<i>] ...`` (the marks :mod:`.paddle_launcher` relays), f
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 
@@ -49,21 +50,37 @@ def plan(job: Job) -> Plan:
     logs, status_dir = paddle_log_dir(job), job.log_dir / "rank-status"
     paddle_args = ["--nproc_per_node", str(job.nproc_per_node), "--log_dir", str(logs)]
     shim = [sys.executable, "-m", "dpmigrate.launch.paddle_launcher"]
+    env: dict[str, str] = {}
     if job.master is None:
         shim.append("--isolate")
     else:
+        network = job.network
         host, port = job.master
-        endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        master_ip = network.master_ip if network else host  # Paddle compares it with its --host: an address
+        endpoint = f"[{master_ip}]:{port}" if ":" in master_ip else f"{master_ip}:{port}"
         paddle_args += ["--nnodes", str(job.nnodes), "--rank", str(job.node_rank), "--master", endpoint,
                         "--job_id", job.run_id]
+        if network is not None:
+            paddle_args += ["--host", network.local_ip]  # the address this node's ranks advertise
+            env.update(network.env)  # GLOO_SOCKET_IFNAME: gloo's own default is the host name's address
+            env["NO_PROXY"] = env["no_proxy"] = _no_proxy(master_ip)  # Paddle's HTTP client honours proxies
+        shim += ["--node", str(job.node_rank), "--nnodes", str(job.nnodes), "--nproc", str(job.nproc_per_node),
+                 "--master", endpoint, *(["--serve"] if job.node_rank == 0 else []), "--run-id", job.run_id,
+                 "--start-timeout", f"{job.start_timeout_s:g}", "--status-dir", str(status_dir)]
     argv = (
         *shim, str(logs), "--", sys.executable, "-m", "paddle.distributed.launch", *paddle_args,
         # Paddle runs a training script not ending in .py as a command: here, each rank's wrapper.
         sys.executable, "-m", "dpmigrate.launch.paddle_rank", str(status_dir), str(job.script), *job.script_args,
     )
-    launcher = Process("paddle.distributed.launch", argv, {}, "launcher")
+    launcher = Process("paddle.distributed.launch", argv, env, "launcher")
     return Plan(processes=(launcher,), grace_s=GRACE_S, peer_grace_s=PEER_GRACE_S, status_dir=status_dir,
-                private_dirs=(logs,))
+                private_dirs=(logs,), start_timeout_s=job.start_timeout_s if job.master is not None else None)
+
+
+def _no_proxy(master_ip: str) -> str:
+    """The user's NO_PROXY plus the master: Paddle's launcher reaches it with httpx, which uses HTTP proxies."""
+    current = os.environ.get("NO_PROXY") or os.environ.get("no_proxy") or ""
+    return ",".join(x for x in (current, master_ip) if x)
 
 
 def split_rank(line: str) -> tuple[int | None, str]:
