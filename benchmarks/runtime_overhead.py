@@ -1,22 +1,23 @@
 """What the runtime adds: a converted script (dp.* calls) against the same training written by hand.
 
-    python benchmarks/runtime_overhead.py [--pairs 3] [--steps 300] [--frameworks torch,paddle,tensorflow]
-                                          [--import-repeat 10]
+    python benchmarks/runtime_overhead.py [--jobs 2] [--blocks 12] [--steps 100] [--frameworks torch,paddle,tensorflow]
+                                          [--import-repeat 15]
 
-For each framework, two scripts this benchmark writes to a temporary folder train the same MLP on the
-same synthetic data with plain SGD, 2 processes on one node, both started by ``dpmigrate launch -n 2``
-(the same launcher, so only the training code differs):
-- "converted": ``import dpmigrate.runtime.<fw> as dp``; ``dp.init``, ``dp.distributed_model``,
-  ``dp.distributed_optimizer``, ``dp.distributed_loader`` (what dpmigrate writes);
-- "by hand": the framework's own API: torch ``init_process_group`` + ``DistributedDataParallel`` +
-  ``DistributedSampler`` (``set_epoch`` each epoch); Paddle ``init_parallel_env`` + ``paddle.DataParallel``
-  + ``DistributedBatchSampler``; TensorFlow ``MultiWorkerMirroredStrategy`` (custom loop, ``strategy.run``).
-Runs alternate A B A B in one invocation (``--pairs`` of them). Each rank times every step from the end of
-the previous one (data loading included) after a warm-up; rank 0 reports its median. The table shows the
-median over runs of each variant and their ratio (target <= 1.02), and the extra time of
-``import dpmigrate.runtime.<fw>`` after importing the framework, median of fresh processes (target < 20 ms).
-Each framework runs in processes of its own (TensorFlow and Paddle cannot share one). A framework whose
-runtime or launcher backend is missing is listed as such. Prints a table; asserts nothing.
+For each framework, one job of 2 processes on one node (``dpmigrate launch -n 2``) trains the same MLP on
+the same synthetic data with plain SGD two ways, side by side in each process, on the process group
+``dp.init()`` started (the call a hand-written script makes itself; not part of a step):
+- "converted": ``dp.distributed_model``, ``dp.distributed_optimizer``, ``dp.distributed_loader`` (what
+  dpmigrate writes);
+- "by hand": the framework's own API: torch ``DistributedDataParallel`` + ``DistributedSampler``
+  (``set_epoch`` each epoch); Paddle ``paddle.DataParallel`` + ``DistributedBatchSampler``, and
+  "by hand, Fleet": ``fleet.distributed_model`` + ``fleet.distributed_optimizer`` + the same sampler.
+The two run in alternated blocks of steps, A B B A A B ..., so the load of a shared machine falls on both
+alike; each step is timed from its start, data loading included, the first steps of a block not counted.
+The table shows, per variant, the median over its blocks of rank 0's median step time and the ratio
+(target <= 1.02), and what ``import dpmigrate.runtime.<fw>`` adds after importing the framework (median and
+minimum of fresh processes, bytecode cached as an installed package has it; target < 20 ms). Each framework runs in
+processes of its own (TensorFlow and Paddle cannot share one); one whose runtime, launcher backend or
+pair is missing is listed as such. Prints a table; asserts nothing.
 """
 
 from __future__ import annotations
@@ -29,143 +30,123 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WARMUP = 30
 
 COMMON = """\
 import json, sys, time
 import numpy as np
-STEPS, WARMUP, OUT = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+BLOCKS, STEPS, OUT = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 data = np.random.RandomState(0)
 INPUTS = data.randn(8192, 64).astype("float32")
 TARGETS = np.tanh(INPUTS @ data.randn(64, 8)).astype("float32")
 BATCH = 64  # per rank
-marks = []
-def report(rank):
+WARM = 3  # steps of each block not counted (the other variant's caches are still warm)
+
+def forever(loader, before_epoch=lambda epoch: None):
+    epoch = 0
+    while True:
+        before_epoch(epoch)
+        epoch += 1
+        yield from loader
+
+def measure(variants, rank):
+    \"\"\"Blocks of STEPS steps, the variants in turn, each round starting one later (A B, B A, A B ... or
+    A B C, B C A, C A B ...): each step timed from its start, data loading included.\"\"\"
+    times = {name: [] for name in variants}
+    blocks = []
+    for block in range(BLOCKS):
+        names = list(variants)
+        name = names[(block + block // len(names)) % len(names)]  # no variant always goes first
+        step = variants[name]
+        spent = []
+        for _ in range(STEPS):
+            t0 = time.perf_counter()
+            step()
+            spent.append(time.perf_counter() - t0)
+        times[name] += spent[WARM:]
+        blocks.append((name, float(np.median(spent[WARM:]))))
     if rank == 0:
-        steps = np.diff(np.array(marks))[WARMUP:]
         with open(OUT, "w") as f:
-            json.dump({"median_s": float(np.median(steps)), "steps": len(steps)}, f)
+            json.dump({"median_s": {k: float(np.median(v)) for k, v in times.items()}, "blocks": blocks}, f)
 """
 
 SCRIPTS = {
-    ("torch", "converted"): """\
-import torch
-import dpmigrate.runtime.torch as dp
-dp.init()
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 256), torch.nn.Tanh(),
-                            torch.nn.Linear(256, 8))
-model = dp.distributed_model(model)
-optimizer = dp.distributed_optimizer(torch.optim.SGD(model.parameters(), lr=0.01))
-dataset = torch.utils.data.TensorDataset(torch.from_numpy(INPUTS), torch.from_numpy(TARGETS))
-loader = dp.distributed_loader(torch.utils.data.DataLoader(dataset, batch_size=BATCH, shuffle=True))
-while len(marks) <= STEPS + WARMUP:
-    for x, y in loader:
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        marks.append(time.perf_counter())
-report(dp.rank())
-""",
-    ("torch", "by hand"): """\
+    "torch": """\
 import torch
 import torch.distributed as dist
-dist.init_process_group("gloo")
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 256), torch.nn.Tanh(),
-                            torch.nn.Linear(256, 8))
-model = torch.nn.parallel.DistributedDataParallel(model)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+import dpmigrate.runtime.torch as dp
+
+dp.init()  # the process group both variants use (a hand-written script's init_process_group("gloo"))
 dataset = torch.utils.data.TensorDataset(torch.from_numpy(INPUTS), torch.from_numpy(TARGETS))
-sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True)
-loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, sampler=sampler)
-epoch = 0
-while len(marks) <= STEPS + WARMUP:
-    sampler.set_epoch(epoch)
-    epoch += 1
-    for x, y in loader:
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 256),
+                               torch.nn.Tanh(), torch.nn.Linear(256, 8))
+
+def trainer(model, optimizer, batches):
+    def step():
+        x, y = next(batches)
         loss = torch.nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        marks.append(time.perf_counter())
-report(dist.get_rank())
-dist.destroy_process_group()
+    return step
+
+# converted: what dpmigrate writes
+model_a = dp.distributed_model(make_model())
+optimizer_a = dp.distributed_optimizer(torch.optim.SGD(model_a.parameters(), lr=0.01))
+loader_a = dp.distributed_loader(torch.utils.data.DataLoader(dataset, batch_size=BATCH, shuffle=True))
+# by hand: DDP + DistributedSampler, set_epoch each epoch
+model_b = torch.nn.parallel.DistributedDataParallel(make_model())
+optimizer_b = torch.optim.SGD(model_b.parameters(), lr=0.01)
+sampler_b = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True)
+loader_b = torch.utils.data.DataLoader(dataset, batch_size=BATCH, sampler=sampler_b)
+measure({"converted": trainer(model_a, optimizer_a, forever(loader_a)),
+         "by hand": trainer(model_b, optimizer_b, forever(loader_b, sampler_b.set_epoch))}, dist.get_rank())
 """,
-    ("paddle", "converted"): """\
-import paddle
-import dpmigrate.runtime.paddle as dp
-dp.init()
-paddle.seed(0)
-model = paddle.nn.Sequential(paddle.nn.Linear(64, 256), paddle.nn.Tanh(), paddle.nn.Linear(256, 256),
-                             paddle.nn.Tanh(), paddle.nn.Linear(256, 8))
-model = dp.distributed_model(model)
-optimizer = dp.distributed_optimizer(paddle.optimizer.SGD(learning_rate=0.01, parameters=model.parameters()))
-dataset = paddle.io.TensorDataset([paddle.to_tensor(INPUTS), paddle.to_tensor(TARGETS)])
-loader = dp.distributed_loader(paddle.io.DataLoader(dataset, batch_size=BATCH, shuffle=True))
-while len(marks) <= STEPS + WARMUP:
-    for x, y in loader:
-        loss = paddle.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.clear_grad()
-        marks.append(time.perf_counter())
-report(dp.rank())
-""",
-    ("paddle", "by hand"): """\
+    "paddle": """\
 import paddle
 import paddle.distributed as dist
-dist.init_parallel_env()
-paddle.seed(0)
-model = paddle.nn.Sequential(paddle.nn.Linear(64, 256), paddle.nn.Tanh(), paddle.nn.Linear(256, 256),
-                             paddle.nn.Tanh(), paddle.nn.Linear(256, 8))
-model = paddle.DataParallel(model)
-optimizer = paddle.optimizer.SGD(learning_rate=0.01, parameters=model.parameters())
+import dpmigrate.runtime.paddle as dp
+
+dp.init()  # fleet.init: the process group both variants use (a hand-written script's init_parallel_env())
 dataset = paddle.io.TensorDataset([paddle.to_tensor(INPUTS), paddle.to_tensor(TARGETS)])
-sampler = paddle.io.DistributedBatchSampler(dataset, batch_size=BATCH, shuffle=True)
-loader = paddle.io.DataLoader(dataset, batch_sampler=sampler)
-epoch = 0
-while len(marks) <= STEPS + WARMUP:
-    sampler.set_epoch(epoch)
-    epoch += 1
-    for x, y in loader:
+
+def make_model():
+    paddle.seed(0)
+    return paddle.nn.Sequential(paddle.nn.Linear(64, 256), paddle.nn.Tanh(), paddle.nn.Linear(256, 256),
+                                paddle.nn.Tanh(), paddle.nn.Linear(256, 8))
+
+def trainer(model, optimizer, batches):
+    def step():
+        x, y = next(batches)
         loss = paddle.nn.functional.mse_loss(model(x), y)
         loss.backward()
         optimizer.step()
         optimizer.clear_grad()
-        marks.append(time.perf_counter())
-report(dist.get_rank())
-""",
-    ("tensorflow", "by hand"): """\
-import tensorflow as tf
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-with strategy.scope():
-    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(256, activation="tanh"),
-                                 tf.keras.layers.Dense(256, activation="tanh"), tf.keras.layers.Dense(8)])
-    optimizer = tf.keras.optimizers.SGD(0.01)
-GLOBAL = BATCH * strategy.num_replicas_in_sync
-dataset = strategy.experimental_distribute_dataset(
-    tf.data.Dataset.from_tensor_slices((INPUTS, TARGETS)).shuffle(8192, seed=0).batch(GLOBAL).repeat())
+    return step
 
-@tf.function
-def step(x, y):
-    def replica(x, y):
-        with tf.GradientTape() as tape:
-            loss = tf.nn.compute_average_loss(tf.reduce_mean(tf.square(model(x) - y), axis=1), global_batch_size=GLOBAL)
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-    strategy.run(replica, args=(x, y))
-
-for x, y in dataset:
-    step(x, y)
-    marks.append(time.perf_counter())
-    if len(marks) > STEPS + WARMUP:
-        break
-report(strategy.cluster_resolver.task_id)
+# converted: what dpmigrate writes
+model_a = dp.distributed_model(make_model())
+optimizer_a = dp.distributed_optimizer(paddle.optimizer.SGD(learning_rate=0.01, parameters=model_a.parameters()))
+loader_a = dp.distributed_loader(paddle.io.DataLoader(dataset, batch_size=BATCH, shuffle=True))
+# by hand: paddle.DataParallel + DistributedBatchSampler, set_epoch each epoch
+model_b = paddle.DataParallel(make_model())
+optimizer_b = paddle.optimizer.SGD(learning_rate=0.01, parameters=model_b.parameters())
+sampler_b = paddle.io.DistributedBatchSampler(dataset, batch_size=BATCH, shuffle=True)
+loader_b = paddle.io.DataLoader(dataset, batch_sampler=sampler_b)
+# by hand with Fleet: fleet.distributed_model / fleet.distributed_optimizer, the same sampler
+from paddle.distributed import fleet
+model_c = fleet.distributed_model(make_model())
+optimizer_c = fleet.distributed_optimizer(paddle.optimizer.SGD(learning_rate=0.01, parameters=model_c.parameters()))
+sampler_c = paddle.io.DistributedBatchSampler(dataset, batch_size=BATCH, shuffle=True)
+loader_c = paddle.io.DataLoader(dataset, batch_sampler=sampler_c)
+measure({"converted": trainer(model_a, optimizer_a, forever(loader_a)),
+         "by hand": trainer(model_b, optimizer_b, forever(loader_b, sampler_b.set_epoch)),
+         "by hand, Fleet": trainer(model_c, optimizer_c, forever(loader_c, sampler_c.set_epoch))}, dist.get_rank())
 """,
 }
 
@@ -180,23 +161,28 @@ def available(framework: str) -> str | None:
 
     if framework not in cli.BACKENDS:
         return f"dpmigrate launch has no {framework} backend yet"
-    if (framework, "converted") not in SCRIPTS:
-        return f"the {framework} pair's converted script is not written yet"
+    if framework not in SCRIPTS:
+        return f"no {framework} pair written yet"
     return None
 
 
-def run_once(framework: str, variant: str, folder: Path, steps: int, run: int) -> float:
-    script = folder / f"{framework}_{variant.replace(' ', '_')}.py"
-    script.write_text(COMMON + SCRIPTS[framework, variant])
-    out = folder / f"{framework}_{variant.replace(' ', '_')}_{run}.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def with_bytecode(cache: Path) -> dict[str, str]:
+    """The environment of an installed package: bytecode cached (in ``cache``, not in the source tree)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": str(cache), "OMP_NUM_THREADS": "1"}
+
+
+def run_job(framework: str, folder: Path, blocks: int, steps: int, invocation: int) -> dict:
+    script = folder / f"{framework}_pair.py"
+    script.write_text(COMMON + SCRIPTS[framework])
+    out = folder / f"{framework}_{invocation}.json"
     done = subprocess.run(
         [sys.executable, "-m", "dpmigrate.launch", "-n", "2", "--framework", framework, "--log-dir",
-         str(folder / f"logs-{framework}-{run}-{variant.replace(' ', '_')}"), str(script), str(steps), str(WARMUP),
-         str(out)], cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+         str(folder / f"logs-{framework}-{invocation}"), str(script), str(blocks), str(steps), str(out)],
+        cwd=folder, env=with_bytecode(folder / "pycache"), capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
-        raise RuntimeError(f"{framework} {variant} failed:\n{done.stderr[-3000:]}")
-    return json.loads(out.read_text())["median_s"]
+        raise RuntimeError(f"{framework} failed:\n{done.stderr[-3000:]}")
+    return json.loads(out.read_text())
 
 
 IMPORT_PROBE = """
@@ -208,22 +194,26 @@ print(json.dumps([t1 - t0, t2 - t1]))
 """
 
 
-def import_cost(framework: str, repeat: int) -> tuple[float, float]:
-    """Median ms of importing the framework, then of importing its runtime module on top."""
+def import_cost(framework: str, repeat: int, cache: Path) -> tuple[float, float, float]:
+    """Median ms of importing the framework, then median and minimum ms of importing its runtime module on
+    top (after one untimed run that writes the bytecode cache, as installing a package does)."""
     samples = []
-    for _ in range(repeat):
+    for i in range(repeat + 1):
         done = subprocess.run([sys.executable, "-c", IMPORT_PROBE.format(fw=framework)], capture_output=True,
-                              text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        samples.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    return (statistics.median(s[0] for s in samples) * 1000, statistics.median(s[1] for s in samples) * 1000)
+                              text=True, check=True, env=with_bytecode(cache))
+        if i:
+            samples.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    extra = [s[1] * 1000 for s in samples]
+    return statistics.median(s[0] for s in samples) * 1000, statistics.median(extra), min(extra)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=3, help="A B runs per framework, alternated")
-    parser.add_argument("--steps", type=int, default=300, help="timed steps per run (after a warm-up)")
+    parser.add_argument("--blocks", type=int, default=12, help="alternated blocks per job (half of each variant)")
+    parser.add_argument("--steps", type=int, default=100, help="steps per block")
+    parser.add_argument("--jobs", type=int, default=2, help="jobs per framework")
     parser.add_argument("--frameworks", default="torch,paddle,tensorflow")
-    parser.add_argument("--import-repeat", type=int, default=10)
+    parser.add_argument("--import-repeat", type=int, default=15)
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="dpmigrate-overhead-") as tmp:
@@ -233,27 +223,32 @@ def main() -> int:
             if why:
                 rows.append((framework, why))
                 continue
-            times: dict[str, list[float]] = {"converted": [], "by hand": []}
-            for run in range(args.pairs):
-                for variant in ("converted", "by hand"):
-                    times[variant].append(run_once(framework, variant, folder, args.steps, run))
-                    print(f"  {framework} {variant} run {run + 1}: median step {times[variant][-1] * 1000:.3f} ms",
-                          file=sys.stderr, flush=True)
-            fw_ms, extra_ms = import_cost(framework, args.import_repeat)
-            rows.append((framework, times, fw_ms, extra_ms))
-    print(textwrap.dedent(f"""
-        2 processes on one node (dpmigrate launch -n 2), {args.steps} timed steps per run, {args.pairs} runs per
-        variant alternated A B; step = median over a run of rank 0's step times; {os.cpu_count()} CPUs
-    """).strip())
-    print(f"{'framework':<11} {'converted ms':>12} {'by hand ms':>10} {'ratio':>6}  {'import fw ms':>12} "
-          f"{'+ runtime ms':>12}")
+            blocks: dict[str, list[float]] = {}
+            for job in range(args.jobs):
+                result = run_job(framework, folder, args.blocks, args.steps, job)
+                for name, median in result["blocks"]:
+                    blocks.setdefault(name, []).append(median)
+                medians = ", ".join(f"{k} {v * 1000:.3f} ms" for k, v in result["median_s"].items())
+                print(f"  {framework} job {job + 1}: median step {medians}", file=sys.stderr, flush=True)
+            rows.append((framework, blocks, *import_cost(framework, args.import_repeat, folder / "pycache")))
+    print(f"2 processes on one node (dpmigrate launch -n 2), {args.jobs} job(s) per framework, each {args.blocks} "
+          f"alternated blocks (each round starting one variant later) of {args.steps} steps; a variant's step time = "
+          f"median over its blocks of rank 0's median step; {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f} at the end; import: {args.import_repeat} fresh processes")
+    print(f"{'framework':<11} {'against':<15} {'converted ms':>12} {'by hand ms':>10} {'ratio':>6}  "
+          f"{'import fw ms':>12} {'+ runtime ms':>12} {'(min)':>6}")
     for row in rows:
         if len(row) == 2:
-            print(f"{row[0]:<11} {row[1]}")
+            print(f"{row[0]:<11} not measured: {row[1]}")
             continue
-        framework, times, fw_ms, extra_ms = row
-        a, b = statistics.median(times["converted"]), statistics.median(times["by hand"])
-        print(f"{framework:<11} {a * 1000:12.3f} {b * 1000:10.3f} {a / b:6.3f}  {fw_ms:12.0f} {extra_ms:12.1f}")
+        framework, blocks, fw_ms, extra_ms, extra_min = row
+        a = statistics.median(blocks["converted"])
+        for name, times in blocks.items():
+            if name == "converted":
+                continue
+            b = statistics.median(times)
+            print(f"{framework:<11} {name:<15} {a * 1000:12.3f} {b * 1000:10.3f} {a / b:6.3f}  {fw_ms:12.0f} "
+                  f"{extra_ms:12.1f} {extra_min:6.1f}")
     return 0
 
 
