@@ -164,6 +164,10 @@ def test_torch_is_among_the_backends_checked():
     assert "dpmigrate.runtime.torch" in BACKENDS
 
 
+def test_tensorflow_is_among_the_backends_checked():
+    assert "dpmigrate.runtime.tensorflow" in BACKENDS
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backend_honours_the_contract(backend):
     proc = subprocess.run([sys.executable, "-c", PROBE, backend], capture_output=True, text=True, timeout=300)

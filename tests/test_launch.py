@@ -228,22 +228,6 @@ def test_missing_nproc_is_an_argparse_error(tmp_path, capsys):
 # ---------------------------------------------------------------- frameworks (fast)
 
 
-@pytest.mark.parametrize("source, framework, alternative", [
-    ("import tensorflow as tf\n", "tensorflow", "TF_CONFIG"),
-    ("from keras import layers\n", "tensorflow", "TF_CONFIG"),
-])
-def test_tensorflow_scripts_are_refused_naming_what_to_use(tmp_path, capsys, monkeypatch, source,
-                                                                      framework, alternative):
-    monkeypatch.chdir(tmp_path)
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    assert dpmigrate.launch.main(["-n", "2", str(script)]) == 2
-    err = capsys.readouterr().err
-    assert f"uses {framework}, which is not yet supported by dpmigrate launch; use: " in err
-    assert alternative in err
-    assert not (tmp_path / "dpmigrate-logs").exists()  # refused before anything was created
-
-
 @pytest.mark.parametrize("source, expected", [
     ("import torch\n", "torch"),
     ("from torch import nn\n", "torch"),

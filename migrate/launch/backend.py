@@ -46,6 +46,7 @@ class Job:
     run_id: str  # unguessable: names the rendezvous and prefixes the multi-node store's keys
     start_timeout_s: float = 60.0  # several nodes: give up (naming who never came) if they have not all met
     network: Network | None = None  # several nodes: this node's address and interface towards the master
+    hosts: tuple[str, ...] = ()  # several nodes, TensorFlow: every node's address, node 0 first (--hosts)
 
     @property
     def ranks(self) -> tuple[int, ...]:

@@ -42,16 +42,14 @@ from pathlib import Path
 from ..frameworks import FRAMEWORK_OF_PACKAGE
 from . import diagnosis, master_port, network, report, supervise
 from . import paddle as paddle_backend
+from . import tensorflow as tensorflow_backend
 from . import torch as torch_backend
 from .backend import Backend, Job, Plan, Process
 from .processes import make_private_dirs
 
-BACKENDS: dict[str, Backend] = {"torch": torch_backend, "paddle": paddle_backend}
+BACKENDS: dict[str, Backend] = {"torch": torch_backend, "paddle": paddle_backend, "tensorflow": tensorflow_backend}
 
-NOT_YET_SUPPORTED = {
-    "tensorflow": "start one process per worker yourself, each with its TF_CONFIG "
-                  "(tf.distribute.MultiWorkerMirroredStrategy reads it)",
-}
+NOT_YET_SUPPORTED: dict[str, str] = {}
 
 # Top-level package -> framework. dpmigrate.runtime.<framework> (a converted script) decides first.
 _FRAMEWORK_OF_PACKAGE = {**FRAMEWORK_OF_PACKAGE, "lightning": "torch", "pytorch_lightning": "torch"}
@@ -74,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         job = _job(args)
         framework = args.framework if args.framework != "auto" else detect_framework(job.script)
         backend = _backend(framework, job.script)
+        if framework == "tensorflow" and job.nnodes > 1 and not job.hosts:
+            raise UsageError(f"--nnodes {job.nnodes} with TensorFlow needs --hosts H0,H1,...: every node's address, "
+                             "node 0 first (TF_CONFIG names every worker; TensorFlow has no rendezvous)")
         if not args.dry_run:
             job = dataclasses.replace(job, log_dir=_create_log_dir(job.log_dir, unique=args.log_dir is None))
     except UsageError as e:
@@ -104,6 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--start-timeout", type=float, default=60.0, metavar="S", help="with --nnodes > 1: exit "
                    "(naming the nodes that never came) if the nodes have not all met at the master within S "
                    "seconds (default 60)")
+    p.add_argument("--hosts", metavar="H0,H1,...", help="with --nnodes > 1, TensorFlow: every node's address, "
+                   "node 0 first (TF_CONFIG lists each worker; the frameworks with a rendezvous need only --master)")
     p.add_argument("--log-dir", metavar="DIR", help="where rank<i>.log go (default ./dpmigrate-logs/<timestamp>)")
     p.add_argument("--timeout", type=float, metavar="S", help="collective timeout in seconds (DPMIGRATE_TIMEOUT)")
     p.add_argument("--framework", choices=("auto", *_FRAMEWORKS), default="auto",
@@ -138,13 +141,17 @@ def _job(args: argparse.Namespace) -> Job:
                          "e.g. --start-timeout 60")
     run_id = _run_id(args.run_id, nnodes)
     chosen = _network(args, master) if master is not None and nnodes > 1 else None
+    hosts = tuple(h.strip() for h in (args.hosts or "").split(",") if h.strip())
+    if hosts and len(hosts) != nnodes:
+        raise UsageError(f"--hosts {args.hosts!r} lists {len(hosts)} host(s) for --nnodes {nnodes}: one per node, "
+                         "node 0 first")
     script = Path(args.script)
     if not script.is_file():
         raise UsageError(f"{args.script}: no such script (looked in {Path.cwd()})")
     log_dir = Path(args.log_dir if args.log_dir else f"dpmigrate-logs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     return Job(nproc_per_node=n, nnodes=nnodes, node_rank=node_rank, master=master, script=script,
                script_args=tuple(args.script_args), log_dir=log_dir, timeout_s=args.timeout,
-               run_id=run_id, start_timeout_s=args.start_timeout, network=chosen)
+               run_id=run_id, start_timeout_s=args.start_timeout, network=chosen, hosts=hosts)
 
 
 def _network(args: argparse.Namespace, master: tuple[str, int]) -> network.Network | None:

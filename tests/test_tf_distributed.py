@@ -1,0 +1,115 @@
+"""The TensorFlow runtime on real 2-worker jobs started by ``dpmigrate launch -n 2`` (CPU, MultiWorkerMirroredStrategy).
+
+One framework per process: the workers and the single-process runs import tensorflow; this test process
+reads their .npz outputs with NumPy. Must show #1 at runtime level (tests/jobs/tf_train.py is written
+by hand with dp.*): 1 process with global batch 32 versus 2 workers with 16 each, plain SGD, final
+weights to 1e-5, for a GradientTape loop (as written, dp.distributed_optimizer), the tf.distribute way
+(strategy.run, dp.loop) and Keras fit (model built and compiled under dp.scope()). The single process
+runs on Keras 3, the workers on tf-keras (``dpmigrate launch`` sets TF_USE_LEGACY_KERAS=1): the same script.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+JOBS = Path(__file__).parent / "jobs"
+pytestmark = pytest.mark.slow
+LAUNCHER_PREFIXES = ("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "TORCHELASTIC", "SLURM_", "OMPI_", "PADDLE_",
+                     "TF_CONFIG", "GROUP_RANK", "DPMIGRATE_", "TF_USE_LEGACY_KERAS")
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    return {**env, **extra}
+
+
+def run_single(*args, cwd, env=None):
+    proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env or clean_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def launch(*args, cwd, expect=0, timeout=300):
+    cmd = [sys.executable, "-m", "dpmigrate.launch", "-n", "2", "--log-dir", str(Path(cwd) / "logs"), *args]
+    started = time.time()
+    proc = subprocess.run(cmd, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+    proc.ended = time.time()
+    proc.wall = proc.ended - started
+    if expect == 0:
+        assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+    return proc
+
+
+def weights(path):
+    with np.load(path) as saved:
+        return [saved[k] for k in saved.files]
+
+
+def assert_two_workers_match_one_process(tmp_path, mode, *extra):
+    run_single(str(JOBS / "tf_train.py"), "--mode", mode, "--out", "single.npz", "--initial", "initial.npz",
+               cwd=tmp_path)
+    proc = launch(str(JOBS / "tf_train.py"), "--mode", mode, "--out", "dist.npz", *extra, cwd=tmp_path)
+    print(f"2-worker TF {mode} job: {proc.wall:.1f} s wall")
+    assert proc.stdout.count("trained 12 steps on 2 worker(s)") == 1  # dp.print: the chief only
+    assert "[rank0] trained 12 steps on 2 worker(s), model class from tf_keras" in proc.stdout
+    single, dist, initial = (weights(tmp_path / f) for f in ("single.npz", "dist.npz", "initial.npz"))
+    assert all(np.abs(s - i).max() > 1e-3 for s, i in zip(single, initial) if i.ndim == 2)  # training moved them
+    worst = max(float(np.abs(s - d).max()) for s, d in zip(single, dist))
+    assert worst < 1e-5, worst
+    return proc
+
+
+def test_gradient_tape_loop_as_written_on_two_workers_matches_one_process(tmp_path):
+    assert_two_workers_match_one_process(tmp_path, "tape")
+
+
+def test_strategy_run_loop_with_the_global_batch_loss_on_two_workers_matches_one_process(tmp_path):
+    assert_two_workers_match_one_process(tmp_path, "loop")
+
+
+def test_keras_fit_on_two_workers_matches_one_process_and_saves_one_loadable_model(tmp_path):
+    """Must show #1 (fit) and #2 at runtime level: dp.save on every worker, one model at the real path."""
+    assert_two_workers_match_one_process(tmp_path, "fit", "--save", "model.keras", "--report", "keras")
+    reports = [json.loads((tmp_path / f"keras.rank{r}").read_text()) for r in (0, 1)]
+    assert [r["legacy"] for r in reports] == ["1", "1"]  # set by dpmigrate launch, before TensorFlow was imported
+    assert all(r["keras"].startswith("tf_keras") for r in reports)  # `from tensorflow import keras` is tf-keras
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dist.npz", "initial.npz", "keras.rank0", "keras.rank1",
+                                                          "logs", "model.keras", "single.npz"]  # no temporaries
+    load = ("import sys, json, numpy as np\nfrom tensorflow import keras\n"
+            "m = keras.models.load_model('model.keras', compile=sys.argv[1] == 'compile')\n"
+            "d = np.load('dist.npz')\n"
+            "print(json.dumps(max(float(abs(a - d[k]).max()) for a, k in zip(m.get_weights(), d.files))))")
+    # a fresh process with the workers' Keras, and one with the original script's Keras 3 (which cannot read
+    # tf-keras's optimizer config: compile=False)
+    legacy = run_single("-c", load, "compile", cwd=tmp_path, env=clean_env(TF_USE_LEGACY_KERAS="1"))
+    keras3 = run_single("-c", load, "weights-only", cwd=tmp_path)
+    assert json.loads(legacy.stdout.splitlines()[-1]) == 0.0 and json.loads(keras3.stdout.splitlines()[-1]) == 0.0
+
+
+def test_a_worker_killed_mid_run_ends_the_job_quickly_naming_it(tmp_path):
+    proc = launch("--timeout", "20", str(JOBS / "tf_fault.py"), str(tmp_path), "kill", cwd=tmp_path, expect=1)
+    killed_at = float((tmp_path / "killed.rank1").read_text())
+    assert proc.returncode != 0
+    assert proc.ended - killed_at < 20 + 5, proc.ended - killed_at
+    assert "dpmigrate launch: rank 1 failed (killed by SIGKILL); the other ranks were stopped" in proc.stderr
+
+
+def test_a_worker_that_never_joins_ends_the_job_within_the_start_timeout_naming_it(tmp_path):
+    proc = launch("--start-timeout", "10", str(JOBS / "tf_fault.py"), str(tmp_path), "never", cwd=tmp_path, expect=1)
+    waited_from = float((tmp_path / "init.rank0").read_text())
+    assert (tmp_path / "asleep.rank1").exists()
+    assert proc.returncode != 0
+    assert proc.ended - waited_from < 10 + 5, proc.ended - waited_from
+    assert "[rank0] dpmigrate: worker 0 waited 10 s for the other workers to join and gave up: worker 1 (127.0.0.1:" \
+        in proc.stderr
+    assert "never came up: nothing listens there" in proc.stderr
+    assert "dpmigrate launch: rank 0 failed (killed by SIGKILL)" in proc.stderr

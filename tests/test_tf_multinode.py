@@ -1,0 +1,96 @@
+"""`dpmigrate launch --nnodes 2` (TensorFlow) across two network namespaces joined by a veth pair (issue 12).
+
+Each node is a namespace of its own (tests/netns.py), each node's launcher runs in its own folder and no
+environment variable is set by hand: TF_CONFIG names node 0 by the --master address and this node by
+the address the launcher found towards the master. Skipped only where namespaces cannot be created.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from netns import NamespacesUnavailable, TwoNodes
+
+pytestmark = [pytest.mark.multinode, pytest.mark.slow]
+
+JOBS = Path(__file__).parent / "jobs"
+RUN_ID = "multinode-tf-run-id-0123456789ab"
+PORT = 29500  # the namespaces are fresh: nothing else listens in them
+START_TIMEOUT_S = 15
+
+
+@pytest.fixture
+def nodes():
+    try:
+        two = TwoNodes()
+    except NamespacesUnavailable as e:
+        pytest.skip(f"cannot create network namespaces here: {e}")
+    try:
+        yield two
+    finally:
+        two.close()
+
+
+def user_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "TORCHELASTIC", "GROUP_", "SLURM_",
+                                "OMPI_", "PADDLE_", "TF_CONFIG", "TF_USE_LEGACY_KERAS", "DPMIGRATE_"))}
+    return {**env, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def start_node(nodes: TwoNodes, node: int, tmp_path: Path, script: Path, *args: str,
+               launch: tuple[str, ...] = ()) -> subprocess.Popen:
+    folder = tmp_path / f"node{node}"
+    folder.mkdir(exist_ok=True)
+    argv = [sys.executable, "-m", "dpmigrate.launch", "-n", "1", "--nnodes", "2", "--node-rank", str(node),
+            "--master", f"{nodes.addresses[0]}:{PORT}", "--hosts", ",".join(nodes.addresses), "--run-id", RUN_ID,
+            "--log-dir", str(folder / "logs"), *launch, str(script), *args]
+    return subprocess.Popen(nodes.command(node, argv), cwd=folder, env=user_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finish(procs: list[subprocess.Popen], timeout_s: float = 300) -> list[tuple[int, str, str]]:
+    results = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        finally:
+            proc.kill()
+        results.append((proc.returncode, out, err))
+    return results
+
+
+def test_two_nodes_train_like_one_process(nodes, tmp_path):
+    """(a) 2 nodes x 1 worker, a GradientTape loop as written, against 1 process with the global batch."""
+    script = JOBS / "tf_train.py"
+    single = subprocess.run([sys.executable, str(script), "--mode", "tape", "--out", str(tmp_path / "single.npz")],
+                            env=user_env(), capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr
+    procs = [start_node(nodes, node, tmp_path, script, "--mode", "tape", "--out", "dist.npz") for node in (0, 1)]
+    (code0, out0, err0), (code1, out1, err1) = finish(procs)
+    assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
+    assert f"listens on every interface at the port of {nodes.addresses[1]}:{PORT}" in err1  # said, not hidden
+    with np.load(tmp_path / "single.npz") as a, np.load(tmp_path / "node0" / "dist.npz") as b:
+        worst = max(float(np.abs(a[k] - b[k]).max()) for k in a.files)
+    assert worst < 1e-5, worst
+    assert nodes.pids(0) == nodes.pids(1) == []
+
+
+def test_a_node_whose_peer_never_comes_exits_within_the_start_timeout_naming_it(nodes, tmp_path):
+    """(b) Node 1 started alone: node 0 (worker 0, the master) never comes."""
+    alone = start_node(nodes, 1, tmp_path, JOBS / "tf_fault.py", str(tmp_path), "join",
+                       launch=("--start-timeout", str(START_TIMEOUT_S)))
+    ((code, _, err),) = finish([alone])
+    ended = time.time()
+    waited_from = float((tmp_path / "init.rank1").read_text())
+    assert code != 0
+    assert ended - waited_from <= START_TIMEOUT_S + 5, ended - waited_from
+    assert (f"dpmigrate: worker 1 waited {START_TIMEOUT_S} s for the other workers to join and gave up: worker 0 "
+            f"({nodes.addresses[0]}:{PORT}) never came up: nothing listens there") in err, err[-3000:]
+    assert nodes.pids(0) == nodes.pids(1) == []
