@@ -10,7 +10,10 @@ the same synthetic data with plain SGD two ways, side by side in each process, o
   dpmigrate writes);
 - "by hand": the framework's own API: torch ``DistributedDataParallel`` + ``DistributedSampler``
   (``set_epoch`` each epoch); Paddle ``paddle.DataParallel`` + ``DistributedBatchSampler``, and
-  "by hand, Fleet": ``fleet.distributed_model`` + ``fleet.distributed_optimizer`` + the same sampler.
+  "by hand, Fleet": ``fleet.distributed_model`` + ``fleet.distributed_optimizer`` + the same sampler;
+  TensorFlow ``MultiWorkerMirroredStrategy`` with ``strategy.run`` and the loss scaled by the global batch,
+  against the converted custom loop (``dp.distributed_optimizer`` + ``dp.distributed_loader``). TensorFlow
+  runs one strategy per process, so there each job trains one variant, the jobs alternated A B A B.
 The two run in alternated blocks of steps, A B B A A B ..., so the load of a shared machine falls on both
 alike; each step is timed from its start, data loading included, the first steps of a block not counted.
 The table shows, per variant, the median over its blocks of rank 0's median step time and the ratio
@@ -151,6 +154,64 @@ measure({"converted": trainer(model_a, optimizer_a, forever(loader_a)),
 }
 
 
+TF_COMMON = """\
+import tensorflow as tf
+from tensorflow import keras
+
+def make_model():
+    return keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="tanh"),
+                             keras.layers.Dense(256, activation="tanh"), keras.layers.Dense(8)])
+
+def examples():
+    return tf.data.Dataset.from_tensor_slices((INPUTS, TARGETS)).shuffle(8192, seed=0)
+"""
+
+# TensorFlow runs one MultiWorkerMirroredStrategy per process: one job per variant, jobs alternated.
+SEPARATE = {
+    "tensorflow": {
+        "converted": TF_COMMON + """\
+import dpmigrate.runtime.tensorflow as dp
+dp.init()
+model = make_model()
+optimizer = dp.distributed_optimizer(keras.optimizers.SGD(0.01))
+batches = forever(dp.distributed_loader(examples().batch(BATCH, drop_remainder=True)))
+
+@tf.function
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+
+def step():
+    train_step(*next(batches))
+
+measure({"converted": step}, dp.rank())
+""",
+        "by hand": TF_COMMON + """\
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    model = make_model()
+    optimizer = keras.optimizers.SGD(0.01)
+GLOBAL = BATCH * strategy.num_replicas_in_sync
+batches = forever(strategy.experimental_distribute_dataset(examples().batch(GLOBAL, drop_remainder=True)))
+
+@tf.function
+def train_step(x, y):
+    def replica(x, y):
+        with tf.GradientTape() as tape:
+            per_example = tf.reduce_mean(tf.square(model(x) - y), axis=1)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL)
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    strategy.run(replica, args=(x, y))
+
+def step():
+    train_step(*next(batches))
+
+measure({"by hand": step}, strategy.cluster_resolver.task_id)
+""",
+    },
+}
+
 def available(framework: str) -> str | None:
     """Why this framework's pair cannot run here, or None."""
     if importlib.util.find_spec(framework) is None:
@@ -161,7 +222,7 @@ def available(framework: str) -> str | None:
 
     if framework not in cli.BACKENDS:
         return f"dpmigrate launch has no {framework} backend yet"
-    if framework not in SCRIPTS:
+    if framework not in SCRIPTS and framework not in SEPARATE:
         return f"no {framework} pair written yet"
     return None
 
@@ -172,17 +233,27 @@ def with_bytecode(cache: Path) -> dict[str, str]:
     return {**env, "PYTHONPYCACHEPREFIX": str(cache), "OMP_NUM_THREADS": "1"}
 
 
-def run_job(framework: str, folder: Path, blocks: int, steps: int, invocation: int) -> dict:
-    script = folder / f"{framework}_pair.py"
-    script.write_text(COMMON + SCRIPTS[framework])
-    out = folder / f"{framework}_{invocation}.json"
+def run_job(framework: str, folder: Path, blocks: int, steps: int, invocation: int, variant: str | None = None) -> dict:
+    """One ``dpmigrate launch -n 2`` job: both variants alternated, or (``variant``) that one alone."""
+    source = SCRIPTS[framework] if variant is None else SEPARATE[framework][variant]
+    name = framework if variant is None else f"{framework}_{variant.replace(' ', '_')}"
+    script = folder / f"{name}.py"
+    script.write_text(COMMON + source)
+    out = folder / f"{name}_{invocation}.json"
     done = subprocess.run(
         [sys.executable, "-m", "dpmigrate.launch", "-n", "2", "--framework", framework, "--log-dir",
-         str(folder / f"logs-{framework}-{invocation}"), str(script), str(blocks), str(steps), str(out)],
+         str(folder / f"logs-{name}-{invocation}"), str(script), str(blocks), str(steps), str(out)],
         cwd=folder, env=with_bytecode(folder / "pycache"), capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
-        raise RuntimeError(f"{framework} failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"{name} failed:\n{done.stderr[-3000:]}")
     return json.loads(out.read_text())
+
+
+def jobs_of(framework: str, count: int) -> list[tuple[int, str | None]]:
+    """The jobs to run: ``count`` jobs with both variants, or, one variant per job, ``count`` of each, A B A B."""
+    if framework in SCRIPTS:
+        return [(job, None) for job in range(count)]
+    return [(job, variant) for job in range(count) for variant in SEPARATE[framework]]
 
 
 IMPORT_PROBE = """
@@ -224,8 +295,8 @@ def main() -> int:
                 rows.append((framework, why))
                 continue
             blocks: dict[str, list[float]] = {}
-            for job in range(args.jobs):
-                result = run_job(framework, folder, args.blocks, args.steps, job)
+            for job, variant in jobs_of(framework, args.jobs):
+                result = run_job(framework, folder, args.blocks, args.steps, job, variant)
                 for name, median in result["blocks"]:
                     blocks.setdefault(name, []).append(median)
                 medians = ", ".join(f"{k} {v * 1000:.3f} ms" for k, v in result["median_s"].items())

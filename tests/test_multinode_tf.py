@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.multinode, pytest.mark.slow,
                                  reason="tensorflow is not installed")]
 
 JOBS = Path(__file__).parent / "jobs"
-COLLECTIVE_TIMEOUT_S = 10
+COLLECTIVE_TIMEOUT_S = 20
 SLACK_S = 5  # what the issue allows after a timeout
 
 
