@@ -236,7 +236,7 @@ def with_bytecode(cache: Path) -> dict[str, str]:
 def run_job(framework: str, folder: Path, blocks: int, steps: int, invocation: int, variant: str | None = None) -> dict:
     """One ``dpmigrate launch -n 2`` job: both variants alternated, or (``variant``) that one alone."""
     source = SCRIPTS[framework] if variant is None else SEPARATE[framework][variant]
-    name = framework if variant is None else f"{framework}_{variant.replace(' ', '_')}"
+    name = f"{framework}_pair" if variant is None else f"{framework}_{variant.replace(' ', '_')}"  # never "torch.py"
     script = folder / f"{name}.py"
     script.write_text(COMMON + source)
     out = folder / f"{name}_{invocation}.json"
