@@ -13,8 +13,13 @@ One node (no ``--master``): rank 0 serves Paddle's TCPStore on all interfaces (n
 Paddle 3.3.1), so :mod:`.paddle_launcher` first moves the whole job into a private network namespace
 whose only interface is loopback (``--isolate``); where the kernel forbids unprivileged namespaces it
 says so in one line and runs the job without it.
-Several nodes: ``--nnodes M --rank R --master HOST:PORT --job_id RUN_ID`` (node 0's launcher serves the
-rendezvous at the master, which must be reachable from the other nodes); no namespace.
+Several nodes: ``--nnodes M --rank R --master IP:PORT --job_id RUN_ID --host LOCAL_IP``, no namespace. ``--host``
+is the address this node advertises (Paddle's default, the host name's address, is often loopback): the one
+that routes to the master (:mod:`.network`; ``--iface`` overrides); the ranks get ``GLOO_SOCKET_IFNAME``.
+The relay serves the nodes' rendezvous on node 0 (on the master address only, where Paddle's own would
+listen on every interface), gives up naming who never came after ``--start-timeout``, and stops a node
+whose peers lost a rank: :mod:`.paddle_nodes`. Paddle's TCPStore (global rank 0) still listens on every
+interface: Paddle 3.3.1 has no option to bind it elsewhere.
 Output lines are ``[rank<i>] ...`` (the marks :mod:`.paddle_launcher` relays), filed under their rank.
 """
 

@@ -1,6 +1,6 @@
 """Run ``python -m paddle.distributed.launch`` for ``dpmigrate launch``: isolated, every rank's output relayed.
 
-    python -m dpmigrate.launch.paddle_launcher [--isolate] WORKER_LOG_DIR -- python -m paddle.distributed.launch ...
+    python -m dpmigrate.launch.paddle_launcher [--isolate | --node R ...] WORKER_LOG_DIR -- python -m paddle.distributed.launch
 
 Why a process between the supervisor and Paddle's launcher (Paddle 3.3.1, measured here):
 
@@ -20,6 +20,11 @@ Why a process between the supervisor and Paddle's launcher (Paddle 3.3.1, measur
   loopback interface: the job's sockets, whatever address they bind, exist only there, unreachable from
   the host's interfaces and from other jobs. Where the kernel refuses, one line says so and the job runs
   without that isolation.
+- Several nodes (``--node R ... [--serve]``): :mod:`.paddle_nodes`: node 0 serves the nodes' rendezvous at the
+  master address only (before Paddle's launcher, which then joins it instead of serving its own on every
+  interface); every node gives up after ``--start-timeout`` naming who never came, and stops its job when
+  a rank of another node failed (Paddle's launcher stops its ranks; what is left after ``STOP_GRACE_S`` is
+  killed); then it exits 1.
 It exits as Paddle's launcher did (same code, or killed by the same signal); the supervisor's stop
 signals reach both (same process group), so this process only waits for the launcher to finish.
 Standard library only.
