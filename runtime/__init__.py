@@ -4,7 +4,7 @@ One contract, one module per framework, chosen by the import line, as ``import h
 hvd`` does::
 
     import dpmigrate.runtime.torch as dp        # torch.distributed / DDP
-    import dpmigrate.runtime.tensorflow as dp   # tf.distribute            (later issue)
+    import dpmigrate.runtime.tensorflow as dp   # tf.distribute (MultiWorkerMirroredStrategy)
     import dpmigrate.runtime.paddle as dp       # paddle.distributed.fleet
 
 Importing this package imports no framework; each backend imports only its own.

@@ -5,7 +5,7 @@ Each one runs ``strategy.run`` (one replica per worker on CPU) with the replica 
 itself uses for gradients. ``max``/``min``/``product`` have no TF all-reduce: they are the strategy's
 all-gather followed by the local reduction. Tensors of different lengths are padded to the longest
 before the all-gather (lengths first, by an all-reduce of a one-hot vector) and cut back after.
-Python objects travel pickled as uint8 tensors between the workers of the same job.
+Python objects travel pickled, one byte per int32 element, between the workers of the same job.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def gather_objects(strategy, value, rank: int, world_size: int) -> list:
     one_hot = np.zeros(world_size, np.int64)
     one_hot[rank] = data.size
     (lengths,) = all_reduce_sum_or_mean(strategy, [tf.constant(one_hot)], "sum")
-    gathered = all_gather(strategy, tf.constant(data), rank, world_size).numpy()
+    # TF's collectives take no uint8: the bytes travel as int32
+    gathered = all_gather(strategy, tf.constant(data.astype(np.int32)), rank, world_size).numpy().astype(np.uint8)
     out, start = [], 0
     for n in lengths.numpy():
         out.append(pickle.loads(gathered[start:start + int(n)].tobytes()))  # from this job's own workers

@@ -174,7 +174,7 @@ def distributed_model(model):
         return model
     variables = list(getattr(model, "variables", []))
     strategy = _state.tf_strategy
-    if variables and not all(strategy.extended.variable_created_in_scope(v) for v in variables):
+    if variables and not all(_created_in_scope(strategy, v) for v in variables):
         raise ValueError(
             f"distributed_model(): {type(model).__name__}'s variables were created outside dp.scope(), so each "
             "worker would train its own copy. Build (and compile) the model inside `with dp.scope():`; for a "
@@ -183,6 +183,12 @@ def distributed_model(model):
         for method in ("fit", "evaluate", "predict"):
             object.__setattr__(model, method, _refuse(method))
     return model
+
+
+def _created_in_scope(strategy, variable) -> bool:
+    """Whether the strategy created it (a Keras 3 variable wraps the tf.Variable the strategy made)."""
+    inner = next((v for v in (variable, getattr(variable, "_value", None)) if hasattr(v, "_distribute_strategy")), None)
+    return inner is None or strategy.extended.variable_created_in_scope(inner)  # a kind TF does not track: trusted
 
 
 def _refuse(method: str):

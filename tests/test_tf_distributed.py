@@ -38,10 +38,10 @@ def run_single(*args, cwd, env=None):
     return proc
 
 
-def launch(*args, cwd, expect=0, timeout=300):
+def launch(*args, cwd, expect=0, timeout=300, env=None):
     cmd = [sys.executable, "-m", "dpmigrate.launch", "-n", "2", "--log-dir", str(Path(cwd) / "logs"), *args]
     started = time.time()
-    proc = subprocess.run(cmd, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=env or clean_env(), capture_output=True, text=True, timeout=timeout)
     proc.ended = time.time()
     proc.wall = proc.ended - started
     if expect == 0:
@@ -54,51 +54,83 @@ def weights(path):
         return [saved[k] for k in saved.files]
 
 
-def assert_two_workers_match_one_process(tmp_path, mode, *extra):
-    run_single(str(JOBS / "tf_train.py"), "--mode", mode, "--out", "single.npz", "--initial", "initial.npz",
-               cwd=tmp_path)
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The original: 1 process, global batch 32, Keras 3 (the three modes compute the same; tested once each
+    by tests/tf_cases_single.py's bit-identity of dp.* and plain TF). Returns (final, initial) weights."""
+    folder = tmp_path_factory.mktemp("single")
+    run_single(str(JOBS / "tf_train.py"), "--mode", "tape", "--out", "single.npz", "--initial", "initial.npz",
+               cwd=folder)
+    return weights(folder / "single.npz"), weights(folder / "initial.npz")
+
+
+def assert_two_workers_match_one_process(tmp_path, one_process, mode, *extra):
     proc = launch(str(JOBS / "tf_train.py"), "--mode", mode, "--out", "dist.npz", *extra, cwd=tmp_path)
     print(f"2-worker TF {mode} job: {proc.wall:.1f} s wall")
     assert proc.stdout.count("trained 12 steps on 2 worker(s)") == 1  # dp.print: the chief only
     assert "[rank0] trained 12 steps on 2 worker(s), model class from tf_keras" in proc.stdout
-    single, dist, initial = (weights(tmp_path / f) for f in ("single.npz", "dist.npz", "initial.npz"))
+    (single, initial), dist = one_process, weights(tmp_path / "dist.npz")
     assert all(np.abs(s - i).max() > 1e-3 for s, i in zip(single, initial) if i.ndim == 2)  # training moved them
     worst = max(float(np.abs(s - d).max()) for s, d in zip(single, dist))
     assert worst < 1e-5, worst
     return proc
 
 
-def test_gradient_tape_loop_as_written_on_two_workers_matches_one_process(tmp_path):
-    assert_two_workers_match_one_process(tmp_path, "tape")
+def test_gradient_tape_loop_as_written_on_two_workers_matches_one_process(tmp_path, one_process):
+    assert_two_workers_match_one_process(tmp_path, one_process, "tape")
 
 
-def test_strategy_run_loop_with_the_global_batch_loss_on_two_workers_matches_one_process(tmp_path):
-    assert_two_workers_match_one_process(tmp_path, "loop")
+def test_strategy_run_loop_with_the_global_batch_loss_on_two_workers_matches_one_process(tmp_path, one_process):
+    assert_two_workers_match_one_process(tmp_path, one_process, "loop")
 
 
-def test_keras_fit_on_two_workers_matches_one_process_and_saves_one_loadable_model(tmp_path):
+def test_keras_fit_on_two_workers_matches_one_process_and_saves_one_loadable_model(tmp_path, one_process):
     """Must show #1 (fit) and #2 at runtime level: dp.save on every worker, one model at the real path."""
-    assert_two_workers_match_one_process(tmp_path, "fit", "--save", "model.keras", "--report", "keras")
+    assert_two_workers_match_one_process(tmp_path, one_process, "fit", "--save", "model.keras", "--report", "keras")
     reports = [json.loads((tmp_path / f"keras.rank{r}").read_text()) for r in (0, 1)]
     assert [r["legacy"] for r in reports] == ["1", "1"]  # set by dpmigrate launch, before TensorFlow was imported
     assert all(r["keras"].startswith("tf_keras") for r in reports)  # `from tensorflow import keras` is tf-keras
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dist.npz", "initial.npz", "keras.rank0", "keras.rank1",
-                                                          "logs", "model.keras", "single.npz"]  # no temporaries
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dist.npz", "keras.rank0", "keras.rank1", "logs",
+                                                          "model.keras"]  # no temporaries
     load = ("import sys, json, numpy as np\nfrom tensorflow import keras\n"
             "m = keras.models.load_model('model.keras', compile=sys.argv[1] == 'compile')\n"
             "d = np.load('dist.npz')\n"
             "print(json.dumps(max(float(abs(a - d[k]).max()) for a, k in zip(m.get_weights(), d.files))))")
     # a fresh process with the workers' Keras, and one with the original script's Keras 3 (which cannot read
     # tf-keras's optimizer config: compile=False)
-    legacy = run_single("-c", load, "compile", cwd=tmp_path, env=clean_env(TF_USE_LEGACY_KERAS="1"))
-    keras3 = run_single("-c", load, "weights-only", cwd=tmp_path)
-    assert json.loads(legacy.stdout.splitlines()[-1]) == 0.0 and json.loads(keras3.stdout.splitlines()[-1]) == 0.0
+    loads = [subprocess.Popen([sys.executable, "-c", load, how], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for how, env in (("compile", clean_env(TF_USE_LEGACY_KERAS="1")), ("weights-only", clean_env()))]
+    for proc in loads:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        assert json.loads(out.splitlines()[-1]) == 0.0
+
+
+def test_every_collective_gives_every_worker_the_reduced_value(tmp_path):
+    launch(str(JOBS / "tf_metrics.py"), str(tmp_path), cwd=tmp_path)
+    expected = {"sum": 3, "mean": 1.5, "max": 2, "min": 1.5, "product": 6, "tensor_sum": [1.0, 20.0], "metric": 3.0,
+                "gather": [0, 0, 1], "gather_objects": [{"rank": 0}, {"rank": 1}],
+                "broadcast_object": "from rank 0", "broadcast_tensor": 6.0, "cache_seen": "filled by rank 0"}
+    for r in (0, 1):
+        assert json.loads((tmp_path / f"result.rank{r}").read_text()) == expected
+
+
+def test_a_keras3_model_fit_on_two_workers_fails_naming_the_fix(tmp_path):
+    """The user keeps Keras 3 (TF_USE_LEGACY_KERAS=0, which dpmigrate launch respects): fit would fail deep in
+    Keras with a PerReplica error (keras-team/keras#20585); dp.distributed_model makes it say why and what to do."""
+    proc = launch(str(JOBS / "tf_train.py"), "--mode", "fit", "--out", "dist.npz", cwd=tmp_path, expect=1,
+                  env=clean_env(TF_USE_LEGACY_KERAS="0"))
+    assert proc.returncode != 0
+    assert "RuntimeError: Keras 3 model.fit() does not work under tf.distribute.MultiWorkerMirroredStrategy" in proc.stderr
+    assert "export TF_USE_LEGACY_KERAS=1" in proc.stderr
 
 
 def test_a_worker_killed_mid_run_ends_the_job_quickly_naming_it(tmp_path):
     proc = launch("--timeout", "20", str(JOBS / "tf_fault.py"), str(tmp_path), "kill", cwd=tmp_path, expect=1)
     killed_at = float((tmp_path / "killed.rank1").read_text())
     assert proc.returncode != 0
+    print(f"killed worker: the job ended {proc.ended - killed_at:.1f} s after the kill")
     assert proc.ended - killed_at < 20 + 5, proc.ended - killed_at
     assert "dpmigrate launch: rank 1 failed (killed by SIGKILL); the other ranks were stopped" in proc.stderr
 
@@ -108,6 +140,7 @@ def test_a_worker_that_never_joins_ends_the_job_within_the_start_timeout_naming_
     waited_from = float((tmp_path / "init.rank0").read_text())
     assert (tmp_path / "asleep.rank1").exists()
     assert proc.returncode != 0
+    print(f"never-joining worker: the job ended {proc.ended - waited_from:.1f} s after worker 0 began to wait")
     assert proc.ended - waited_from < 10 + 5, proc.ended - waited_from
     assert "[rank0] dpmigrate: worker 0 waited 10 s for the other workers to join and gave up: worker 1 (127.0.0.1:" \
         in proc.stderr

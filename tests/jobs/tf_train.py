@@ -56,6 +56,8 @@ if args.mode == "fit":
     model.fit(data, epochs=1, verbose=0)
 elif args.mode == "tape":
     model = build()
+    if dp.rank() > 0:  # a worker whose (random) initialisation differs: the optimizer starts it from worker 0's
+        model.set_weights([w + 1.0 for w in model.get_weights()])
     optimizer = dp.distributed_optimizer(keras.optimizers.SGD(0.1))
     data = dp.distributed_loader(tf.data.Dataset.from_tensor_slices((x, y)).batch(local_batch))
 
