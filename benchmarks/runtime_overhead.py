@@ -1,6 +1,6 @@
 """What the runtime adds: a converted script (dp.* calls) against the same training written by hand.
 
-    python benchmarks/runtime_overhead.py [--jobs 2] [--blocks 12] [--steps 100] [--frameworks torch,paddle,tensorflow]
+    python benchmarks/runtime_overhead.py [--jobs 2] [--blocks 2000] [--steps 1] [--frameworks torch,paddle,tensorflow]
                                           [--import-repeat 15]
 
 For each framework, one job of 2 processes on one node (``dpmigrate launch -n 2``) trains the same MLP on
@@ -14,13 +14,14 @@ the same synthetic data with plain SGD two ways, side by side in each process, o
   TensorFlow ``MultiWorkerMirroredStrategy`` with ``strategy.run`` and the loss scaled by the global batch,
   against the converted custom loop (``dp.distributed_optimizer`` + ``dp.distributed_loader``). TensorFlow
   runs one strategy per process, so there each job trains one variant, the jobs alternated A B A B.
-The two run in alternated blocks of steps, A B B A A B ..., so the load of a shared machine falls on both
-alike; each step is timed from its start, data loading included, the first steps of a block not counted.
-The table shows, per variant, the median over its blocks of rank 0's median step time and the ratio
-(target <= 1.02), and what ``import dpmigrate.runtime.<fw>`` adds after importing the framework (median and
-minimum of fresh processes, bytecode cached as an installed package has it; target < 20 ms). Each framework runs in
-processes of its own (TensorFlow and Paddle cannot share one); one whose runtime, launcher backend or
-pair is missing is listed as such. Prints a table; asserts nothing.
+The two run in alternated blocks of steps (by default blocks of one step: A B B A A B ...), so the load
+of a shared machine falls on both alike; each step is timed from its start, data loading included (in
+blocks longer than 10 steps, the first 3 are not counted). The table shows, per variant, the median over
+its blocks of rank 0's median step time and the ratio (target <= 1.02), and what ``import
+dpmigrate.runtime.<fw>`` adds after importing the framework (median and minimum of fresh processes,
+bytecode cached as an installed package has it; target < 20 ms). Each framework runs in processes of its
+own (TensorFlow and Paddle cannot share one); one whose runtime, launcher backend or pair is missing is
+listed as such. Prints a table; asserts nothing.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ data = np.random.RandomState(0)
 INPUTS = data.randn(8192, 64).astype("float32")
 TARGETS = np.tanh(INPUTS @ data.randn(64, 8)).astype("float32")
 BATCH = 64  # per rank
-WARM = 3  # steps of each block not counted (the other variant's caches are still warm)
+WARM = 3 if STEPS > 10 else 0  # steps of each long block not counted (the other variant's caches are warm)
 
 def forever(loader, before_epoch=lambda epoch: None):
     epoch = 0
@@ -280,8 +281,8 @@ def import_cost(framework: str, repeat: int, cache: Path) -> tuple[float, float,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=12, help="alternated blocks per job (half of each variant)")
-    parser.add_argument("--steps", type=int, default=100, help="steps per block")
+    parser.add_argument("--blocks", type=int, default=2000, help="alternated blocks per job (shared by the variants)")
+    parser.add_argument("--steps", type=int, default=1, help="steps per block (1: the variants alternate step by step)")
     parser.add_argument("--jobs", type=int, default=2, help="jobs per framework")
     parser.add_argument("--frameworks", default="torch,paddle,tensorflow")
     parser.add_argument("--import-repeat", type=int, default=15)
