@@ -71,6 +71,30 @@ def test_several_nodes_meet_at_the_master_with_the_shared_run_id_and_no_namespac
     assert after(command, "--job_id") == run_id and after(command, "--nproc_per_node") == "4"
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="interface names are read on Linux")
+@pytest.mark.parametrize("iface", [None, "lo"], ids=["routed", "--iface"])
+def test_several_nodes_advertise_the_address_that_routes_to_the_master_and_gloo_uses_its_interface(tmp_path, capsys,
+                                                                                                  iface):
+    """Paddle's launcher gets --host (the address its ranks advertise: by default the host name's, often a
+    loopback address) and the ranks GLOO_SOCKET_IFNAME; node 0's relay serves the rendezvous at the master."""
+    script = tmp_path / "train.py"
+    script.write_text("import paddle\n")
+    run_id = "b" * 32
+    argv = ["-n", "2", "--nnodes", "2", "--node-rank", "1", "--master", "127.0.0.1:6170", "--run-id", run_id,
+            "--start-timeout", "25", *(["--iface", iface] if iface else []), str(script)]
+    assert dpmigrate.launch.main(["--dry-run", *argv]) == 0
+    out = capsys.readouterr()
+    words = shlex.split(out.out.splitlines()[2])
+    assert "GLOO_SOCKET_IFNAME=lo" in words and any(w.startswith("NO_PROXY=") and "127.0.0.1" in w for w in words)
+    paddle = words[words.index("paddle.distributed.launch") - 2:]
+    relay = words[words.index("dpmigrate.launch.paddle_launcher") + 1:words.index("--")]
+    assert after(paddle, "--host") == "127.0.0.1" and after(paddle, "--master") == "127.0.0.1:6170"
+    assert relay[:-2] == ["--node", "1", "--nnodes", "2", "--nproc", "2", "--master", "127.0.0.1:6170", "--run-id",
+                          run_id, "--start-timeout", "25", "--status-dir"]  # no --serve: node 1
+    assert relay[-2].endswith("rank-status") and relay[-1].endswith("paddle")  # the worker log dir last
+    assert "dpmigrate launch: network: 127.0.0.1 on lo" in out.err
+
+
 def test_the_paddle_backend_has_every_member_the_supervisor_uses():
     assert cli.BACKENDS["paddle"] is paddle_backend
     assert "paddle" not in cli.NOT_YET_SUPPORTED

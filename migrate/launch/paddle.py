@@ -13,14 +13,20 @@ One node (no ``--master``): rank 0 serves Paddle's TCPStore on all interfaces (n
 Paddle 3.3.1), so :mod:`.paddle_launcher` first moves the whole job into a private network namespace
 whose only interface is loopback (``--isolate``); where the kernel forbids unprivileged namespaces it
 says so in one line and runs the job without it.
-Several nodes: ``--nnodes M --rank R --master HOST:PORT --job_id RUN_ID`` (node 0's launcher serves the
-rendezvous at the master, which must be reachable from the other nodes); no namespace.
+Several nodes: ``--nnodes M --rank R --master IP:PORT --job_id RUN_ID --host LOCAL_IP``, no namespace. ``--host``
+is the address this node advertises (Paddle's default, the host name's address, is often loopback): the one
+that routes to the master (:mod:`.network`; ``--iface`` overrides); the ranks get ``GLOO_SOCKET_IFNAME``.
+The relay serves the nodes' rendezvous on node 0 (on the master address only, where Paddle's own would
+listen on every interface), gives up naming who never came after ``--start-timeout``, and stops a node
+whose peers lost a rank: :mod:`.paddle_nodes`. Paddle's TCPStore (global rank 0) still listens on every
+interface: Paddle 3.3.1 has no option to bind it elsewhere.
 Output lines are ``[rank<i>] ...`` (the marks :mod:`.paddle_launcher` relays), filed under their rank.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 
@@ -49,21 +55,37 @@ def plan(job: Job) -> Plan:
     logs, status_dir = paddle_log_dir(job), job.log_dir / "rank-status"
     paddle_args = ["--nproc_per_node", str(job.nproc_per_node), "--log_dir", str(logs)]
     shim = [sys.executable, "-m", "dpmigrate.launch.paddle_launcher"]
+    env: dict[str, str] = {}
     if job.master is None:
         shim.append("--isolate")
     else:
+        network = job.network
         host, port = job.master
-        endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        master_ip = network.master_ip if network else host  # Paddle compares it with its --host: an address
+        endpoint = f"[{master_ip}]:{port}" if ":" in master_ip else f"{master_ip}:{port}"
         paddle_args += ["--nnodes", str(job.nnodes), "--rank", str(job.node_rank), "--master", endpoint,
                         "--job_id", job.run_id]
+        if network is not None:
+            paddle_args += ["--host", network.local_ip]  # the address this node's ranks advertise
+            env.update(network.env)  # GLOO_SOCKET_IFNAME: gloo's own default is the host name's address
+            env["NO_PROXY"] = env["no_proxy"] = _no_proxy(master_ip)  # Paddle's HTTP client honours proxies
+        shim += ["--node", str(job.node_rank), "--nnodes", str(job.nnodes), "--nproc", str(job.nproc_per_node),
+                 "--master", endpoint, *(["--serve"] if job.node_rank == 0 else []), "--run-id", job.run_id,
+                 "--start-timeout", f"{job.start_timeout_s:g}", "--status-dir", str(status_dir)]
     argv = (
         *shim, str(logs), "--", sys.executable, "-m", "paddle.distributed.launch", *paddle_args,
         # Paddle runs a training script not ending in .py as a command: here, each rank's wrapper.
         sys.executable, "-m", "dpmigrate.launch.paddle_rank", str(status_dir), str(job.script), *job.script_args,
     )
-    launcher = Process("paddle.distributed.launch", argv, {}, "launcher")
+    launcher = Process("paddle.distributed.launch", argv, env, "launcher")
     return Plan(processes=(launcher,), grace_s=GRACE_S, peer_grace_s=PEER_GRACE_S, status_dir=status_dir,
-                private_dirs=(logs,))
+                private_dirs=(logs,), start_timeout_s=job.start_timeout_s if job.master is not None else None)
+
+
+def _no_proxy(master_ip: str) -> str:
+    """The user's NO_PROXY plus the master: Paddle's launcher reaches it with httpx, which uses HTTP proxies."""
+    current = os.environ.get("NO_PROXY") or os.environ.get("no_proxy") or ""
+    return ",".join(x for x in (current, master_ip) if x)
 
 
 def split_rank(line: str) -> tuple[int | None, str]:

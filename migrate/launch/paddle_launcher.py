@@ -1,6 +1,6 @@
 """Run ``python -m paddle.distributed.launch`` for ``dpmigrate launch``: isolated, every rank's output relayed.
 
-    python -m dpmigrate.launch.paddle_launcher [--isolate] WORKER_LOG_DIR -- python -m paddle.distributed.launch ...
+    python -m dpmigrate.launch.paddle_launcher [--isolate | --node R ...] WORKER_LOG_DIR -- python -m paddle.distributed.launch
 
 Why a process between the supervisor and Paddle's launcher (Paddle 3.3.1, measured here):
 
@@ -20,6 +20,11 @@ Why a process between the supervisor and Paddle's launcher (Paddle 3.3.1, measur
   loopback interface: the job's sockets, whatever address they bind, exist only there, unreachable from
   the host's interfaces and from other jobs. Where the kernel refuses, one line says so and the job runs
   without that isolation.
+- Several nodes (``--node R ... [--serve]``): :mod:`.paddle_nodes`: node 0 serves the nodes' rendezvous at the
+  master address only (before Paddle's launcher, which then joins it instead of serving its own on every
+  interface); every node gives up after ``--start-timeout`` naming who never came, and stops its job when
+  a rank of another node failed (Paddle's launcher stops its ranks; what is left after ``STOP_GRACE_S`` is
+  killed); then it exits 1.
 It exits as Paddle's launcher did (same code, or killed by the same signal); the supervisor's stop
 signals reach both (same process group), so this process only waits for the launcher to finish.
 Standard library only.
@@ -27,6 +32,8 @@ Standard library only.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import ctypes
 import fcntl
 import os
@@ -40,10 +47,12 @@ import threading
 import time
 from pathlib import Path
 
-from .processes import die_with_parent_hook
+from . import paddle_nodes
+from .processes import descendants, die_with_parent_hook, signal_group
 from .rank_status import STOP_SIGNALS, _exit_like
 
 POLL_S = 0.1
+STOP_GRACE_S = 5.0  # several nodes: Paddle's launcher's time to stop its ranks when we stop the job
 _MARKED = re.compile(rb"^\[rank(\d+)\](!?) ")
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
@@ -123,17 +132,69 @@ def _pass_through(pipe, out) -> None:
             out.flush()
 
 
+def _arguments(argv: list[str]) -> argparse.Namespace | None:
+    if "--" not in argv:
+        return None
+    head, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    parser = argparse.ArgumentParser(prog="python -m dpmigrate.launch.paddle_launcher", add_help=False)
+    parser.add_argument("--isolate", action="store_true")
+    parser.add_argument("--node", type=int)  # several nodes (all of these): see paddle_nodes
+    parser.add_argument("--nnodes", type=int)
+    parser.add_argument("--nproc", type=int)
+    parser.add_argument("--master")  # IP:PORT, as Paddle's launcher gets it
+    parser.add_argument("--serve", action="store_true")  # node 0: serve the master's store on that address
+    parser.add_argument("--run-id")
+    parser.add_argument("--start-timeout", type=float)
+    parser.add_argument("--status-dir", type=Path)
+    parser.add_argument("folder", type=Path)
+    try:
+        args = parser.parse_args(head)
+    except SystemExit:
+        return None
+    args.command = command
+    return args if command else None
+
+
+def _meeting(args: argparse.Namespace, started: float) -> paddle_nodes.Meeting | None:
+    """Several nodes: the master's store (node 0 serves it) and this node's view of the others."""
+    host, _, port = args.master.rpartition(":")
+    host = host.strip("[]")
+    store = None
+    if args.serve:
+        try:
+            store = paddle_nodes.MasterStore(host, int(port), args.run_id)
+        except OSError as e:
+            raise SystemExit(f"dpmigrate launch: cannot serve the master's rendezvous at {args.master} "
+                             f"({e.strerror or e}); nothing was started") from None
+    return paddle_nodes.Meeting(node=args.node, nnodes=args.nnodes, nproc=args.nproc, master=(host, int(port)),
+                                run_id=args.run_id, start_timeout_s=args.start_timeout, status_dir=args.status_dir,
+                                diagnosis_dir=paddle_nodes.diagnosis_dir_from_env(), started=started, store=store)
+
+
+def _stop(launcher: subprocess.Popen) -> None:
+    """Stop Paddle's launcher (it stops its ranks); what is left after STOP_GRACE_S is killed."""
+    with contextlib.suppress(ProcessLookupError):
+        launcher.send_signal(signal.SIGTERM)
+    try:
+        launcher.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        for pid in [*descendants(launcher.pid), launcher.pid]:
+            signal_group(pid, signal.SIGKILL)
+        launcher.wait()
+
+
 def main(argv: list[str]) -> int:
-    isolate = argv[:1] == ["--isolate"]
-    argv = argv[1:] if isolate else argv
-    if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m dpmigrate.launch.paddle_launcher [--isolate] WORKER_LOG_DIR -- COMMAND...",
-              file=sys.stderr)
+    started = time.monotonic()
+    args = _arguments(argv)
+    if args is None:
+        print("usage: python -m dpmigrate.launch.paddle_launcher [--isolate | --node R --nnodes M --nproc N "
+              "--master IP:PORT [--serve] --run-id ID --start-timeout S --status-dir DIR] WORKER_LOG_DIR -- "
+              "COMMAND...", file=sys.stderr)
         return 2
-    folder, command = Path(argv[0]), argv[2:]
+    folder, command = args.folder, args.command
     for signum in STOP_SIGNALS:  # the launcher, in our process group, gets the same signal and stops the job
         signal.signal(signum, lambda *_: None)
-    if isolate:
+    if args.isolate:
         try:
             problem = isolate_network()
         except NamespaceBroken as e:
@@ -144,6 +205,7 @@ def main(argv: list[str]) -> int:
             print(f"dpmigrate launch: could not give the job a private network namespace ({problem}); rank 0's "
                   "Paddle TCPStore listens on all interfaces at the PADDLE_MASTER port while the job runs "
                   "(Paddle has no option to bind it to 127.0.0.1)", file=sys.stderr, flush=True)
+    meeting = _meeting(args, started) if args.master else None
     env = dict(os.environ)
     if "CUDA_VISIBLE_DEVICES" in env and not env["CUDA_VISIBLE_DEVICES"].strip():
         del env["CUDA_VISIBLE_DEVICES"]
@@ -154,12 +216,24 @@ def main(argv: list[str]) -> int:
              for pipe, out in ((launcher.stdout, sys.stdout.buffer), (launcher.stderr, sys.stderr.buffer))]
     for pump in pumps:
         pump.start()
+    why_stopped = None
     while launcher.poll() is None:
         follower.poll()
+        why_stopped = meeting.poll(time.monotonic()) if meeting else None
+        if why_stopped:
+            print(why_stopped, file=sys.stderr, flush=True)
+            _stop(launcher)
+            break
         time.sleep(POLL_S)
     follower.poll(final=True)
     for pump in pumps:
         pump.join(timeout=5)
+    if meeting is not None and meeting.met and launcher.returncode != 0:
+        meeting.settle(time.monotonic())  # name a rank lost on another node, if that is why this node failed
+    if meeting is not None and meeting.store is not None:
+        meeting.store.close()
+    if why_stopped:
+        return 1
     _exit_like(launcher.returncode)
     return launcher.returncode
 
