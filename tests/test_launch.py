@@ -270,7 +270,9 @@ def test_framework_flag_skips_detection(tmp_path, capsys):
                                     "dpmigrate.launch.torch", "dpmigrate.launch.rank_status",
                                     "dpmigrate.launch.paddle", "dpmigrate.launch.paddle_rank",
                                     "dpmigrate.launch.paddle_launcher", "dpmigrate.launch.network",
-                                    "dpmigrate.launch.torch_rendezvous"])
+                                    "dpmigrate.launch.torch_rendezvous", "dpmigrate.launch.tensorflow",
+                                    "dpmigrate.launch.tensorflow_worker", "dpmigrate.launch.private_network",
+                                    "dpmigrate.launch.paddle_nodes"])
 def test_importing_the_launcher_imports_no_framework(module):
     code = f"import sys, {module}; print([m for m in ('torch', 'tensorflow', 'paddle') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

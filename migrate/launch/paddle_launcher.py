@@ -34,13 +34,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import fcntl
 import os
 import re
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -48,41 +44,13 @@ import time
 from pathlib import Path
 
 from . import paddle_nodes
+from .private_network import enter_private_network
 from .processes import descendants, die_with_parent_hook, signal_group
 from .rank_status import STOP_SIGNALS, _exit_like
 
 POLL_S = 0.1
 STOP_GRACE_S = 5.0  # several nodes: Paddle's launcher's time to stop its ranks when we stop the job
 _MARKED = re.compile(rb"^\[rank(\d+)\](!?) ")
-_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
-_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
-
-
-class NamespaceBroken(Exception):
-    """The new namespace was entered but could not be set up: the job cannot run in it, nor leave it."""
-
-
-def isolate_network() -> str | None:
-    """Enter a new user + network namespace with only loopback, up; None on success, else why not.
-
-    Raises NamespaceBroken when the namespace was entered but its loopback could not be brought up."""
-    uid, gid = os.getuid(), os.getgid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
-            return f"unshare: {os.strerror(ctypes.get_errno())}"
-    except (OSError, AttributeError) as e:
-        return str(e)
-    try:
-        Path("/proc/self/setgroups").write_text("deny")
-        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
-        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
-        with socket.socket() as s:
-            flags = struct.unpack("16sh", fcntl.ioctl(s, _SIOCGIFFLAGS, struct.pack("16sh", b"lo", 0))[:18])[1]
-            fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | _IFF_UP))
-    except OSError as e:
-        raise NamespaceBroken(str(e)) from None
-    return None
 
 
 class _Follower:
@@ -194,17 +162,11 @@ def main(argv: list[str]) -> int:
     folder, command = args.folder, args.command
     for signum in STOP_SIGNALS:  # the launcher, in our process group, gets the same signal and stops the job
         signal.signal(signum, lambda *_: None)
-    if args.isolate:
-        try:
-            problem = isolate_network()
-        except NamespaceBroken as e:
-            print(f"dpmigrate launch: the job's private network namespace could not be set up ({e}); nothing "
-                  "was started", file=sys.stderr, flush=True)
-            return 1
-        if problem:
-            print(f"dpmigrate launch: could not give the job a private network namespace ({problem}); rank 0's "
-                  "Paddle TCPStore listens on all interfaces at the PADDLE_MASTER port while the job runs "
-                  "(Paddle has no option to bind it to 127.0.0.1)", file=sys.stderr, flush=True)
+    if args.isolate and enter_private_network(
+        "rank 0's Paddle TCPStore listens on all interfaces at the PADDLE_MASTER port while the job runs "
+        "(Paddle has no option to bind it to 127.0.0.1)"
+    ) is False:
+        return 1
     meeting = _meeting(args, started) if args.master else None
     env = dict(os.environ)
     if "CUDA_VISIBLE_DEVICES" in env and not env["CUDA_VISIBLE_DEVICES"].strip():

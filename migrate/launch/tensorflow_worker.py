@@ -8,7 +8,7 @@ Why: a TensorFlow worker's gRPC server listens on ``[::]:<its port>``, every int
 authentication. On one node nothing should be reachable from the network, so the workers share a
 network namespace of their own whose only interface is loopback:
 
-- rank 0 enters a new user + network namespace (:func:`.paddle_launcher.isolate_network`, no privilege
+- rank 0 enters a new user + network namespace (:func:`.private_network.isolate_network`, no privilege
   needed where unprivileged user namespaces are allowed), has the OS pick a free port per worker there
   (bound on 127.0.0.1, then released: nothing else runs in that namespace, so they stay free), and
   writes ``{"pid", "isolated", "ports"}`` to ``JOB_FILE`` (created empty and private by the supervisor);
@@ -32,9 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from .paddle_launcher import NamespaceBroken, isolate_network
+from .private_network import CLONE_NEWNET, CLONE_NEWUSER, enter_private_network
 
-_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 POLL_S = 0.05
 
 
@@ -76,7 +75,7 @@ def _read_job_file(path: Path, timeout_s: float, rank: int) -> dict:
 
 def _join(pid: int, rank: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
-    for kind, flag in (("user", _CLONE_NEWUSER), ("net", _CLONE_NEWNET)):
+    for kind, flag in (("user", CLONE_NEWUSER), ("net", CLONE_NEWNET)):
         try:
             fd = os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY)
         except OSError as e:
@@ -109,17 +108,13 @@ def main(argv: list[str]) -> int:
         _say_exposure(rank)
         os.execv(sys.executable, [sys.executable, *command])
     if rank == 0:
-        try:
-            problem = isolate_network()
-        except NamespaceBroken as e:
-            print(f"dpmigrate launch: the job's private network namespace could not be set up ({e}); nothing "
-                  "was started", file=sys.stderr, flush=True)
+        isolated = enter_private_network(
+            "the TensorFlow workers' gRPC servers listen on all interfaces at their ports while the job runs "
+            "(TensorFlow has no option to bind them to 127.0.0.1)"
+        )
+        if isolated is False:
             return 1
-        if problem:
-            print(f"dpmigrate launch: could not give the job a private network namespace ({problem}); the "
-                  "TensorFlow workers' gRPC servers listen on all interfaces at their ports while the job runs "
-                  "(TensorFlow has no option to bind them to 127.0.0.1)", file=sys.stderr, flush=True)
-        job = {"pid": os.getpid(), "isolated": problem is None, "ports": _free_loopback_ports(nproc)}
+        job = {"pid": os.getpid(), "isolated": bool(isolated), "ports": _free_loopback_ports(nproc)}
         _write_job_file(job_file, job)
     else:
         job = _read_job_file(job_file, timeout_s, rank)
