@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 
 from .files import Source
 from .findings import Conversion, Finding
+from .frameworks import may_use_a_framework
 
 RULE = "detect-framework"
 
@@ -178,7 +179,10 @@ _FETCH_WORDS = {"urlretrieve", "urlopen", "download_url", "download_url_to_file"
 
 
 def _local_modules(paths: Iterable[str]) -> set[str]:
-    """The real paths of the local modules the run's files import."""
+    """The real paths of the local modules the run's training files import.
+
+    Only a file that may use a framework can be a script whose helpers matter, so the others are not
+    parsed (a folder of ordinary modules, as pre-commit hands over, is not read twice with ``ast``)."""
     found: set[str] = set()
     for path in paths:
         try:
@@ -186,7 +190,8 @@ def _local_modules(paths: Iterable[str]) -> set[str]:
                 source = handle.read()
         except OSError:
             continue
-        found |= local_imports(path, source)
+        if may_use_a_framework(source):
+            found |= local_imports(path, source)
     return found
 
 

@@ -159,3 +159,16 @@ def test_a_call_to_a_local_function_that_downloads_runs_on_the_main_process_firs
     main([str(tmp_path / "main.py")])
     converted = (tmp_path / "main.py").read_text()
     assert 'with dp.main_process_first():\n    root = training_set("dataset")\n' in converted
+
+
+def test_only_files_that_may_use_a_framework_are_read_for_local_imports(tmp_path, monkeypatch):
+    from dpmigrate import project
+
+    (tmp_path / "util.py").write_text("import helpers\nVALUE = 1\n")
+    (tmp_path / "helpers.py").write_text("def f():\n    return 2\n")
+    (tmp_path / "train.py").write_text("import torch\nimport helpers\n")
+    read = []
+    real = project.local_imports
+    monkeypatch.setattr(project, "local_imports", lambda path, source: read.append(Path(path).name) or real(path, source))
+    names = project.local_module_names([str(tmp_path / n) for n in ("util.py", "helpers.py", "train.py")])
+    assert read == ["train.py"] and names == ("helpers",)
