@@ -163,8 +163,8 @@ def _local_mnist(source: str, folder: Path) -> str:
 
 TUTORIALS = {
     # case: (the checkpoint it writes, what the 2-rank run prints that only a sharded run can)
-    "tutorial_mnist": ("digitnet.pdparams", "epoch 1, batch 6,"),
-    "tutorial_hapi": ("output/mnist.pdparams", "step 7/7"),
+    "tutorial_mnist": ("garments.pdparams", "epoch 1, batch 6,"),
+    "tutorial_hapi": ("output/fashion.pdparams", "step 7/7"),
 }
 
 

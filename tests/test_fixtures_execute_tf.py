@@ -119,7 +119,7 @@ def test_checkpoints_and_final_model_are_written_once_and_load_in_a_fresh_proces
 @pytest.mark.slow
 @pytest.mark.parametrize("case, args, output", [
     ("seed_multi_gpu", ["--gpus", "2", "--epochs", "1"], "template.keras"),
-    ("keras2_standalone_imports", ["--synthetic", "--epochs", "1"], "fashion_cnn.h5"),
+    ("keras2_standalone_imports", ["--synthetic", "--epochs", "1"], "cifar_cnn.h5"),
     ("custom_loop_tf_function_metrics", ["--epochs", "1"], "convnet.weights.h5"),
 ])
 def test_converted_script_trains_on_two_workers_with_zero_edits(case, args, output, tmp_path):
