@@ -108,15 +108,18 @@ def test_two_nodes_train_like_one_process_and_save_the_checkpoint_once(nodes, tm
         "keys": ["0.bias", "0.weight", "2.bias", "2.weight"], "missing": [], "unexpected": []}
 
 
-def test_what_listens_while_a_two_node_job_runs(nodes, tmp_path):
+@pytest.mark.parametrize("guard", [True, False], ids=["bind-guard", "no-bind-guard"])
+def test_what_listens_while_a_two_node_job_runs(nodes, tmp_path, guard):
     """(exposure) While a 2-node job runs (each rank holding after training), each namespace's /proc/net/tcp*:
     the nodes' rendezvous at the master port is served by dpmigrate on node 0's address only (Paddle's own
-    would listen on every interface); the one socket on all interfaces is Paddle's TCPStore, served by global
-    rank 0 at the PADDLE_MASTER port Paddle picked (Paddle 3.3.1 has no option to bind it elsewhere: the
-    README says what to firewall); node 1 listens on nothing."""
+    would listen on every interface); Paddle's TCPStore, served by global rank 0 at the PADDLE_MASTER port
+    Paddle picked, binds 0.0.0.0 (Paddle 3.3.1 has no option to bind elsewhere) and the bind guard puts it on
+    node 0's address only; nothing listens on a wildcard address; node 1 listens on nothing. The control, with
+    ``--no-bind-guard``: the store is back on 0.0.0.0, the one socket on a wildcard address."""
     hold = tmp_path / "hold"
     hold.write_text("")
-    procs = [start_node(nodes, node, tmp_path, "--steps", "2", "--hold", str(hold)) for node in (0, 1)]
+    launch = () if guard else ("--no-bind-guard",)
+    procs = [start_node(nodes, node, tmp_path, "--steps", "2", "--hold", str(hold), launch=launch) for node in (0, 1)]
     try:
         ready = [Path(f"{hold}.rank0"), Path(f"{hold}.rank1")]
         deadline = time.monotonic() + 120
@@ -131,10 +134,11 @@ def test_what_listens_while_a_two_node_job_runs(nodes, tmp_path):
     assert [code for code, _, _ in results] == [0, 0], results[0][2][-3000:] + results[1][2][-3000:]
     store_port = env["PADDLE_MASTER"].rsplit(":", 1)[1]
     assert f"{nodes.addresses[0]}:{PORT}" in listening[0]  # the rendezvous, on node 0's address only
-    assert [a for a in listening[0] if a.startswith(("0.0.0.0:", "[::]:", ":::"))] == [f"0.0.0.0:{store_port}"]
+    store = f"{nodes.addresses[0]}:{store_port}" if guard else f"0.0.0.0:{store_port}"
+    assert store in listening[0]  # Paddle's TCPStore: through the bind guard, or where Paddle binds it
     for node in (0, 1):
         others = [a for a in listening[node] if not a.startswith(f"{nodes.addresses[node]}:")]
-        assert others == ([f"0.0.0.0:{store_port}"] if node == 0 else []), listening
+        assert others == ([store] if node == 0 and not guard else []), listening
 
 
 def test_a_node_whose_peer_never_comes_exits_within_the_start_timeout_naming_it(nodes, tmp_path):

@@ -102,7 +102,8 @@ def test_the_wheel_holds_dpmigrate_runtime_and_no_top_level_runtime_or_migrate(t
                    "dpmigrate/runtime/role.py", "dpmigrate/runtime/common.py", "dpmigrate/cli.py",
                    "dpmigrate/codemod/engine.py", "dpmigrate/rules/torch/__init__.py",
                    "dpmigrate/launch/__init__.py", "dpmigrate/launch/__main__.py", "dpmigrate/launch/supervise.py",
-                   "dpmigrate/launch/torch.py", "dpmigrate/launch/rank_status.py", "dpmigrate/launch/torch_store.py"):
+                   "dpmigrate/launch/torch.py", "dpmigrate/launch/rank_status.py", "dpmigrate/launch/torch_store.py",
+                   "dpmigrate/launch/bind_guard.c"):  # compiled on the node for multi-node jobs
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "dpmigrate = dpmigrate.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -67,15 +67,36 @@ def finish(procs: list[subprocess.Popen], timeout_s: float = 300) -> list[tuple[
 
 
 def test_two_nodes_train_like_one_process(nodes, tmp_path):
-    """(a) 2 nodes x 1 worker, a GradientTape loop as written, against 1 process with the global batch."""
+    """(a) 2 nodes x 1 worker, a GradientTape loop as written, against 1 process with the global batch;
+    (exposure) while the workers hold after training, each namespace's /proc/net/tcp*: each worker's gRPC
+    server (TF 2.21 binds ``[::]``) listens on its node's own address only, through the bind guard."""
     script = JOBS / "tf_train.py"
     single = subprocess.run([sys.executable, str(script), "--mode", "tape", "--out", str(tmp_path / "single.npz")],
                             env=user_env(), capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stderr
-    procs = [start_node(nodes, node, tmp_path, script, "--mode", "tape", "--out", "dist.npz") for node in (0, 1)]
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    procs = [start_node(nodes, node, tmp_path, script, "--mode", "tape", "--out", "dist.npz", "--hold", str(hold))
+             for node in (0, 1)]
+    try:
+        deadline = time.monotonic() + 240
+        while not all(Path(f"{hold}.rank{r}").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "the job did not train"
+            time.sleep(0.2)
+        listening = [nodes.listening(node) for node in (0, 1)]
+    finally:
+        hold.unlink()
     (code0, out0, err0), (code1, out1, err1) = finish(procs)
     assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
-    assert f"listens on every interface at the port of {nodes.addresses[1]}:{PORT}" in err1  # said, not hidden
+    for node, err in enumerate((err0, err1)):
+        assert (f"bind guard: a server of this job that asks for every interface (Paddle's TCPStore, TensorFlow's "
+                f"gRPC servers) listens on {nodes.addresses[node]} only") in err
+        assert "listens on every interface" not in err
+        assert f"::ffff:{nodes.addresses[node]}:{PORT + 0}" in listening[node] or \
+            f"{nodes.addresses[node]}:{PORT}" in listening[node], listening  # the worker's gRPC server
+        elsewhere = [a for a in listening[node] if a.rsplit(":", 1)[0] not in
+                     (nodes.addresses[node], f"::ffff:{nodes.addresses[node]}")]
+        assert elsewhere == [], listening
     with np.load(tmp_path / "single.npz") as a, np.load(tmp_path / "node0" / "dist.npz") as b:
         worst = max(float(np.abs(a[k] - b[k]).max()) for k in a.files)
     assert worst < 1e-5, worst

@@ -15,7 +15,9 @@ module each: :mod:`.torch`, :mod:`.paddle`) and hands it to the neutral supervis
   peers it found lost: :mod:`.diagnosis`);
 - several nodes: the ranks use the interface that routes to the master (:mod:`.network`; ``--iface``
   overrides), and a node gives up, naming who never came, if the nodes have not all met within
-  ``--start-timeout`` (default 60 s);
+  ``--start-timeout`` (default 60 s); every process gets the bind guard (:mod:`.bind_guard`), so a server
+  that binds every interface (Paddle's TCPStore, TF's gRPC) listens on the chosen address only
+  (``--no-bind-guard`` turns it off);
 - node 0 of a job with ``--master`` serves the rendezvous store on the master port: if that port is
   in use on this machine, one line says so and names a free one (exit 2), before anything starts;
 - each rank's output is streamed live as ``[rank<i>] ...`` and kept in ``DIR/rank<i>.log`` (default
@@ -40,7 +42,7 @@ import time
 from pathlib import Path
 
 from ..frameworks import FRAMEWORK_OF_PACKAGE
-from . import diagnosis, master_port, network, report, supervise
+from . import bind_guard, diagnosis, master_port, network, report, supervise
 from . import paddle as paddle_backend
 from . import tensorflow as tensorflow_backend
 from . import torch as torch_backend
@@ -81,10 +83,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dpmigrate launch: error: {e}", file=sys.stderr)
         return 2
     plan = with_common_env(backend.plan(job), job)
+    if job.network is not None and not args.no_bind_guard:
+        plan = bind_guard.requested(plan, job.network.local_ip)
     if args.dry_run:
         print(describe(plan, job, framework))
         return 0
-    outcome = supervise.run(plan, job, backend)
+    guarded = bind_guard.wanted(plan)
+    try:
+        with bind_guard.prepared(plan) as plan:
+            if guarded:
+                print(bind_guard.describe(job.network.local_ip), file=sys.stderr, flush=True)
+            outcome = supervise.run(plan, job, backend)
+    except bind_guard.Unavailable as e:
+        print(f"dpmigrate launch: error: {e}; or pass --no-bind-guard to let those servers listen on every "
+              "interface (see the README on what to firewall)", file=sys.stderr)
+        return 2
     code, line = report.final_line(outcome, job, plan.launcher.name if plan.launcher else None)
     print(line, file=sys.stderr, flush=True)
     return code
@@ -107,6 +120,8 @@ def _parser() -> argparse.ArgumentParser:
                    "seconds (default 60)")
     p.add_argument("--hosts", metavar="H0,H1,...", help="with --nnodes > 1, TensorFlow: every node's address, "
                    "node 0 first (TF_CONFIG lists each worker; the frameworks with a rendezvous need only --master)")
+    p.add_argument("--no-bind-guard", action="store_true", help="with --nnodes > 1: do not preload the bind guard; "
+                   "Paddle's TCPStore and TensorFlow's gRPC servers then listen on every interface")
     p.add_argument("--log-dir", metavar="DIR", help="where rank<i>.log go (default ./dpmigrate-logs/<timestamp>)")
     p.add_argument("--timeout", type=float, metavar="S", help="collective timeout in seconds (DPMIGRATE_TIMEOUT)")
     p.add_argument("--framework", choices=("auto", *_FRAMEWORKS), default="auto",

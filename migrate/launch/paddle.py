@@ -18,8 +18,9 @@ is the address this node advertises (Paddle's default, the host name's address, 
 that routes to the master (:mod:`.network`; ``--iface`` overrides); the ranks get ``GLOO_SOCKET_IFNAME``.
 The relay serves the nodes' rendezvous on node 0 (on the master address only, where Paddle's own would
 listen on every interface), gives up naming who never came after ``--start-timeout``, and stops a node
-whose peers lost a rank: :mod:`.paddle_nodes`. Paddle's TCPStore (global rank 0) still listens on every
-interface: Paddle 3.3.1 has no option to bind it elsewhere.
+whose peers lost a rank: :mod:`.paddle_nodes`. Paddle's TCPStore (global rank 0) binds every interface
+(Paddle 3.3.1 has no option to bind elsewhere); the bind guard (:mod:`.bind_guard`, preloaded by the
+launcher) puts it on the master address only.
 Output lines are ``[rank<i>] ...`` (the marks :mod:`.paddle_launcher` relays), filed under their rank.
 """
 

@@ -21,9 +21,9 @@ Several nodes (``--nnodes M --node-rank R --master HOST:PORT --hosts H0,H1,...``
 ``-n`` workers, ``TF_CONFIG`` listing every node's workers: node ``i`` at ``Hi`` (node 0 at the
 ``--master`` host), its local worker ``j`` on port ``PORT + j``; identical on every node but for the task
 index. This node's own entries use the address the launcher chose towards the master (:mod:`.network`,
-``--iface`` overrides). TensorFlow cannot listen on that address only: its servers listen on every
-interface at those ports, so the nodes must share a trusted network, with those ports firewalled from
-anything else (said in the log when the job starts).
+``--iface`` overrides). TensorFlow cannot be told to listen on that address only; the bind guard
+(:mod:`.bind_guard`, preloaded by the launcher) turns its ``[::]`` bind into that address. Its servers
+have no authentication either way: the nodes must share a trusted network.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def _say_exposure(rank: int) -> None:
     me = config.get("cluster", {}).get("worker", [])[rank] if config else "?"
     print(f"dpmigrate launch: worker {rank}'s TensorFlow gRPC server listens on every interface at the port of {me} "
           "(TensorFlow 2.21 cannot bind one address) and has no authentication: run the nodes on a trusted network "
-          "and firewall the workers' ports from everything else", file=sys.stderr, flush=True)
+          "and firewall the workers' ports from everything else (--no-bind-guard was given)", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -104,8 +104,9 @@ def main(argv: list[str]) -> int:
         return 2
     job_file, rank, nproc, command = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3:]
     timeout_s = float(os.environ.get("DPMIGRATE_START_TIMEOUT") or 60)
-    if str(job_file) == "-":  # several nodes: TF_CONFIG is given; TF cannot bind one address, so say so
-        _say_exposure(rank)
+    if str(job_file) == "-":  # several nodes: TF_CONFIG is given; without the bind guard, say what listens where
+        if not os.environ.get("DPMIGRATE_BIND_ADDRESS"):
+            _say_exposure(rank)
         os.execv(sys.executable, [sys.executable, *command])
     if rank == 0:
         isolated = enter_private_network(

@@ -1,6 +1,6 @@
 """A small regression trained with plain SGD, written as a converted script would be (dp.*), for the TF tests.
 
-    python tf_train.py --mode tape|fit|loop --batch-size B --steps S --out weights.npz [--save PATH]
+    python tf_train.py --mode tape|fit|loop --batch-size B --steps S --out weights.npz [--save PATH] [--hold FILE]
 
 The same file runs as the single-process original (not launched: dp.* is plain TensorFlow) and as
 each worker of a ``dpmigrate launch -n 2`` job (``--batch-size`` is the GLOBAL batch: the ``--batch
@@ -11,6 +11,7 @@ tf-keras start alike; the data is a fixed NumPy draw. Writes the final weights (
 import argparse
 import json
 import os
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -26,6 +27,7 @@ parser.add_argument("--out", required=True)
 parser.add_argument("--save")
 parser.add_argument("--report")
 parser.add_argument("--initial")
+parser.add_argument("--hold", help="after training: write HOLD.rank<i>, wait for HOLD to go")
 args = parser.parse_args()
 
 dp.init()
@@ -92,6 +94,11 @@ else:  # the tf.distribute way: strategy.run with the loss scaled by the global 
     for xb, yb in data:
         train_step(xb, yb)
 
+if args.hold:  # the job's servers still run: a test reads what listens meanwhile
+    with open(f"{args.hold}.rank{dp.rank()}", "w") as f:
+        f.write(str(os.getpid()))
+    while os.path.exists(args.hold):
+        time.sleep(0.1)
 dp.print(f"trained {args.steps} steps on {dp.world_size()} worker(s), model class from {type(model).__module__.split('.')[0]}")
 if dp.is_main_process():
     np.savez(args.out, *[np.asarray(w) for w in model.get_weights()])
