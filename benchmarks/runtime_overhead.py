@@ -1,7 +1,7 @@
 """What the runtime adds: a converted script (dp.* calls) against the same training written by hand.
 
     python benchmarks/runtime_overhead.py [--jobs 2] [--blocks 2000] [--steps 1] [--frameworks torch,paddle,tensorflow]
-                                          [--import-repeat 15]
+                                          [--import-repeat 15] [--nodes]
 
 For each framework, one job of 2 processes on one node (``dpmigrate launch -n 2``) trains the same MLP on
 the same synthetic data with plain SGD two ways, side by side in each process, on the process group
@@ -22,14 +22,20 @@ dpmigrate.runtime.<fw>`` adds after importing the framework (median and minimum 
 bytecode cached as an installed package has it; target < 20 ms). Each framework runs in processes of its
 own (TensorFlow and Paddle cannot share one); one whose runtime, launcher backend or pair is missing is
 listed as such. Prints a table; asserts nothing.
+
+``--nodes``: the same pairs as 2 nodes x 1 process, each node a network namespace of its own joined by a
+veth pair (tests/netns.py; needs root and iproute2), started as ``dpmigrate launch --nnodes 2`` on each
+(bind guard included), for information: what crossing a (virtual) network costs next to one node.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -37,6 +43,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # netns.py: the two-namespace "machines" the multinode tests use
+NODES_PORT = 29500  # fresh namespaces: nothing else listens in them
 
 COMMON = """\
 import json, sys, time
@@ -234,19 +242,36 @@ def with_bytecode(cache: Path) -> dict[str, str]:
     return {**env, "PYTHONPYCACHEPREFIX": str(cache), "OMP_NUM_THREADS": "1"}
 
 
-def run_job(framework: str, folder: Path, blocks: int, steps: int, invocation: int, variant: str | None = None) -> dict:
-    """One ``dpmigrate launch -n 2`` job: both variants alternated, or (``variant``) that one alone."""
+def run_job(framework: str, folder: Path, blocks: int, steps: int, invocation: int, variant: str | None = None,
+            nodes=None) -> dict:
+    """One ``dpmigrate launch -n 2`` job (or, with ``nodes``, 2 nodes x 1 process, one launcher in each
+    namespace): both variants alternated, or (``variant``) that one alone."""
     source = SCRIPTS[framework] if variant is None else SEPARATE[framework][variant]
     name = f"{framework}_pair" if variant is None else f"{framework}_{variant.replace(' ', '_')}"  # never "torch.py"
     script = folder / f"{name}.py"
     script.write_text(COMMON + source)
     out = folder / f"{name}_{invocation}.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "dpmigrate.launch", "-n", "2", "--framework", framework, "--log-dir",
-         str(folder / f"logs-{name}-{invocation}"), str(script), str(blocks), str(steps), str(out)],
-        cwd=folder, env=with_bytecode(folder / "pycache"), capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} failed:\n{done.stderr[-3000:]}")
+    job_args = [str(script), str(blocks), str(steps), str(out)]
+    env = with_bytecode(folder / "pycache")
+    if nodes is None:
+        argvs = [[sys.executable, "-m", "dpmigrate.launch", "-n", "2", "--framework", framework, "--log-dir",
+                  str(folder / f"logs-{name}-{invocation}"), *job_args]]
+    else:
+        run_id, master = secrets.token_hex(16), f"{nodes.addresses[0]}:{NODES_PORT}"
+        argvs = [nodes.command(node, [
+            sys.executable, "-m", "dpmigrate.launch", "-n", "1", "--nnodes", "2", "--node-rank", str(node),
+            "--master", master, "--hosts", ",".join(nodes.addresses), "--run-id", run_id, "--framework", framework,
+            "--log-dir", str(folder / f"logs-{name}-{invocation}-node{node}"), *job_args]) for node in (0, 1)]
+    procs = [subprocess.Popen(argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for argv in argvs]
+    try:
+        results = [proc.communicate(timeout=900) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    for proc, (_, err) in zip(procs, results):
+        if proc.returncode != 0:
+            raise RuntimeError(f"{name} failed:\n{err[-3000:]}")
     return json.loads(out.read_text())
 
 
@@ -286,10 +311,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="jobs per framework")
     parser.add_argument("--frameworks", default="torch,paddle,tensorflow")
     parser.add_argument("--import-repeat", type=int, default=15)
+    parser.add_argument("--nodes", action="store_true", help="2 nodes x 1 process, across two network namespaces")
     args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="dpmigrate-overhead-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dpmigrate-overhead-") as tmp, two_nodes(args.nodes) as nodes:
         folder = Path(tmp)
+        os.chmod(folder, 0o755)  # the namespaces' processes run as this user: only the path must be reachable
         for framework in args.frameworks.split(","):
             why = available(framework)
             if why:
@@ -297,13 +324,15 @@ def main() -> int:
                 continue
             blocks: dict[str, list[float]] = {}
             for job, variant in jobs_of(framework, args.jobs):
-                result = run_job(framework, folder, args.blocks, args.steps, job, variant)
+                result = run_job(framework, folder, args.blocks, args.steps, job, variant, nodes)
                 for name, median in result["blocks"]:
                     blocks.setdefault(name, []).append(median)
                 medians = ", ".join(f"{k} {v * 1000:.3f} ms" for k, v in result["median_s"].items())
                 print(f"  {framework} job {job + 1}: median step {medians}", file=sys.stderr, flush=True)
             rows.append((framework, blocks, *import_cost(framework, args.import_repeat, folder / "pycache")))
-    print(f"2 processes on one node (dpmigrate launch -n 2), {args.jobs} job(s) per framework, each {args.blocks} "
+    where = ("2 nodes x 1 process, two network namespaces joined by a veth pair (dpmigrate launch --nnodes 2)"
+             if args.nodes else "2 processes on one node (dpmigrate launch -n 2)")
+    print(f"{where}, {args.jobs} job(s) per framework, each {args.blocks} "
           f"alternated blocks (each round starting one variant later) of {args.steps} steps; a variant's step time = "
           f"median over its blocks of rank 0's median step; {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f} at the end; import: {args.import_repeat} fresh processes")
@@ -322,6 +351,21 @@ def main() -> int:
             print(f"{framework:<11} {name:<15} {a * 1000:12.3f} {b * 1000:10.3f} {a / b:6.3f}  {fw_ms:12.0f} "
                   f"{extra_ms:12.1f} {extra_min:6.1f}")
     return 0
+
+
+@contextlib.contextmanager
+def two_nodes(wanted: bool):
+    """The two namespaces for ``--nodes`` (deleted after, even on failure), or None."""
+    if not wanted:
+        yield None
+        return
+    from netns import TwoNodes
+
+    nodes = TwoNodes()
+    try:
+        yield nodes
+    finally:
+        nodes.close()
 
 
 if __name__ == "__main__":
