@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import dataclasses
 import difflib
-import inspect
 import io
 import os
 import sys
@@ -238,7 +237,7 @@ def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, config: 
             parser.error(f"--{key} needs a rule name (see --list-rules)")
         if given is None:
             names = getattr(config, key) or ()
-        known = _rule_names() if names else []
+        known = [name for name, _ in _catalog()] if names else []
         unknown = [n for n in names if n not in known]
         if unknown:
             message = (f"unknown rule{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
@@ -352,7 +351,7 @@ def _write_report(results: list[FileResult], args: argparse.Namespace, mode: str
     elif args.report == "sarif":
         from .sarif import render_sarif
 
-        text = render_sarif(results, _rule_catalog())
+        text = render_sarif(results, _catalog())
     else:
         text = render_text(results, policy)
     if args.report_file:  # plainly, not atomically: it may be /dev/stdout or a pipe, never to be replaced
@@ -368,24 +367,14 @@ def _write_report(results: list[FileResult], args: argparse.Namespace, mode: str
     return True
 
 
-def _rules() -> list:
-    """Every rule class the engine runs, in its order: the one place the CLI learns them."""
-    from .rules import all_rules
+def _catalog() -> list[tuple[str, str]]:
+    from .rules import rule_catalog  # the rules load only when needed: `dpmigrate --help` stays fast
 
-    return all_rules()
-
-
-def _rule_names() -> list[str]:
-    return [rule.name for rule in _rules()]
-
-
-def _rule_catalog() -> list[tuple[str, str]]:
-    """(name, docstring) of every rule the engine runs."""
-    return [(rule.name, inspect.cleandoc(rule.__doc__ or rule.name)) for rule in _rules()]
+    return rule_catalog()
 
 
 def _list_rules() -> int:
-    catalog = _rule_catalog()
+    catalog = _catalog()
     width = max((len(name) for name, _ in catalog), default=0)
     for name, doc in catalog:
         print(f"{name:<{width}}  {doc.splitlines()[0]}")

@@ -7,6 +7,8 @@ The machinery the rules stand on (tree index, edit plan, queries, analyses, ``Ru
 
 from __future__ import annotations
 
+import inspect
+
 
 def all_rules() -> list:
     """Every rule of every framework, each name once (a shared rule a framework adapts, e.g. TensorFlow's
@@ -19,3 +21,8 @@ def all_rules() -> list:
             if rule.name not in {r.name for r in seen}:
                 seen.append(rule)
     return seen
+
+
+def rule_catalog() -> list[tuple[str, str]]:
+    """(name, docstring) of every rule the engine runs: ``--list-rules`` and the SARIF report's rule table."""
+    return [(rule.name, inspect.cleandoc(rule.__doc__ or rule.name)) for rule in all_rules()]
