@@ -1,8 +1,10 @@
-"""Shared pytest options: ``--update-fixtures`` rewrites the expected outputs of the golden fixtures."""
+"""Shared pytest options (``--update-fixtures`` rewrites the expected outputs of the golden fixtures) and the
+multinode tests' ``nodes`` fixture."""
 
 from __future__ import annotations
 
 import pytest
+from netns import NamespacesUnavailable, TwoNodes
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -17,3 +19,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_fixtures(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-fixtures"))
+
+
+@pytest.fixture
+def nodes():
+    """Two network namespaces joined by a veth pair (tests/netns.py), deleted after the test even on failure."""
+    try:
+        two = TwoNodes()
+    except NamespacesUnavailable as e:
+        pytest.skip(f"cannot create network namespaces here: {e}")
+    try:
+        yield two
+    finally:
+        two.close()

@@ -4,6 +4,10 @@ Each namespace has its own loopback (up) and one address on a private /24 (10.77
 sees the machine's usual /etc/hosts, where the host name may resolve to a loopback address: the case
 that breaks gloo's default. Names are unique per test (a leftover never clashes); :meth:`TwoNodes.close`
 kills what still runs inside them and deletes them, even after a failed test. Needs root and iproute2.
+
+Also what the three frameworks' multinode tests share: the ``nodes`` fixture (tests/conftest.py, skipped
+with the reason where namespaces cannot be created), :func:`user_env`, :func:`start_launch` (one node's
+``dpmigrate launch --nnodes 2``, in its namespace and folder) and :func:`finish`.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 SUBNET = "10.77.0"
 ADDRESSES = (f"{SUBNET}.1", f"{SUBNET}.2")
@@ -91,6 +97,39 @@ class TwoNodes:
         for name in self._created:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
         self._created.clear()
+
+
+def user_env() -> dict[str, str]:
+    """The environment of a user who set nothing for the job (no launcher, interface, rank or framework
+    variables), with TensorFlow's C++ log kept quiet."""
+    set_by_launchers = ("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "TORCHELASTIC", "GROUP_", "GLOO_", "NCCL_",
+                        "SLURM_", "OMPI_", "PADDLE_", "POD_IP", "FLAGS_", "TF_CONFIG", "TF_USE_LEGACY_KERAS",
+                        "OMP_NUM_THREADS", "DPMIGRATE_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(set_by_launchers)}
+    return {**env, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def start_launch(nodes: TwoNodes, node: int, tmp_path: Path, args: list[str]) -> subprocess.Popen:
+    """``dpmigrate launch --nnodes 2 --node-rank NODE ARGS`` in node ``node``'s namespace, run from its own
+    folder ``tmp_path/node<i>`` with its logs in ``logs/`` there."""
+    folder = tmp_path / f"node{node}"
+    folder.mkdir(exist_ok=True)
+    argv = [sys.executable, "-m", "dpmigrate.launch", "--nnodes", "2", "--node-rank", str(node),
+            "--log-dir", str(folder / "logs"), *args]
+    return subprocess.Popen(nodes.command(node, argv), cwd=folder, env=user_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finish(procs: list[subprocess.Popen], timeout_s: float = 300) -> list[tuple[int, str, str]]:
+    """Each process's (exit code, stdout, stderr); one still running after ``timeout_s`` fails the test."""
+    results = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        finally:
+            proc.kill()
+        results.append((proc.returncode, out, err))
+    return results
 
 
 def _address(hex_address: str) -> str:

@@ -8,7 +8,6 @@ network namespaces cannot be created (the reason is shown).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from netns import NamespacesUnavailable, TwoNodes
+from netns import TwoNodes, finish, start_launch, user_env
 
 torch = pytest.importorskip("torch")
 
@@ -30,46 +29,11 @@ COLLECTIVE_TIMEOUT_S = 10
 SLACK_S = 5  # what the issue allows after a timeout
 
 
-@pytest.fixture
-def nodes():
-    try:
-        two = TwoNodes()
-    except NamespacesUnavailable as e:
-        pytest.skip(f"cannot create network namespaces here: {e}")
-    try:
-        yield two
-    finally:
-        two.close()
-
-
-def user_env() -> dict[str, str]:
-    """The environment of a user who set nothing for the job (no launcher, interface or rank variables)."""
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "TORCHELASTIC", "GROUP_", "GLOO_",
-                                 "NCCL_", "SLURM_", "OMPI_", "PADDLE_", "TF_CONFIG", "OMP_NUM_THREADS"))}
-
-
 def start_node(nodes: TwoNodes, node: int, tmp_path: Path, script: Path, *args: str, nproc: int = 1,
                launch: tuple[str, ...] = (), port: int = PORT) -> subprocess.Popen:
     """Node ``node``'s `dpmigrate launch`, in its namespace and its own folder ``tmp_path/node<i>``."""
-    folder = tmp_path / f"node{node}"
-    folder.mkdir(exist_ok=True)
-    argv = [sys.executable, "-m", "dpmigrate.launch", "-n", str(nproc), "--nnodes", "2", "--node-rank", str(node),
-            "--master", f"{nodes.addresses[0]}:{port}", "--run-id", RUN_ID, "--log-dir", str(folder / "logs"),
-            *launch, str(script), *args]
-    return subprocess.Popen(nodes.command(node, argv), cwd=folder, env=user_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def finish(procs: list[subprocess.Popen], timeout_s: float = 240) -> list[tuple[int, str, str]]:
-    results = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        finally:
-            proc.kill()
-        results.append((proc.returncode, out, err))
-    return results
+    return start_launch(nodes, node, tmp_path, ["-n", str(nproc), "--master", f"{nodes.addresses[0]}:{port}",
+                                                "--run-id", RUN_ID, *launch, str(script), *args])
 
 
 def flat(state: dict) -> torch.Tensor:

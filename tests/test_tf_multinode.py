@@ -7,7 +7,6 @@ the address the launcher found towards the master. Skipped only where namespaces
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from netns import NamespacesUnavailable, TwoNodes
+from netns import TwoNodes, finish, start_launch, user_env
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
 
@@ -25,45 +24,12 @@ PORT = 29500  # the namespaces are fresh: nothing else listens in them
 START_TIMEOUT_S = 15
 
 
-@pytest.fixture
-def nodes():
-    try:
-        two = TwoNodes()
-    except NamespacesUnavailable as e:
-        pytest.skip(f"cannot create network namespaces here: {e}")
-    try:
-        yield two
-    finally:
-        two.close()
-
-
-def user_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "TORCHELASTIC", "GROUP_", "SLURM_",
-                                "OMPI_", "PADDLE_", "TF_CONFIG", "TF_USE_LEGACY_KERAS", "DPMIGRATE_"))}
-    return {**env, "TF_CPP_MIN_LOG_LEVEL": "2"}
-
-
 def start_node(nodes: TwoNodes, node: int, tmp_path: Path, script: Path, *args: str,
                launch: tuple[str, ...] = ()) -> subprocess.Popen:
-    folder = tmp_path / f"node{node}"
-    folder.mkdir(exist_ok=True)
-    argv = [sys.executable, "-m", "dpmigrate.launch", "-n", "1", "--nnodes", "2", "--node-rank", str(node),
-            "--master", f"{nodes.addresses[0]}:{PORT}", "--hosts", ",".join(nodes.addresses), "--run-id", RUN_ID,
-            "--log-dir", str(folder / "logs"), *launch, str(script), *args]
-    return subprocess.Popen(nodes.command(node, argv), cwd=folder, env=user_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def finish(procs: list[subprocess.Popen], timeout_s: float = 300) -> list[tuple[int, str, str]]:
-    results = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        finally:
-            proc.kill()
-        results.append((proc.returncode, out, err))
-    return results
+    """Node ``node``'s `dpmigrate launch` (1 worker), in its namespace and its own folder ``tmp_path/node<i>``."""
+    return start_launch(nodes, node, tmp_path, ["-n", "1", "--master", f"{nodes.addresses[0]}:{PORT}", "--hosts",
+                                                ",".join(nodes.addresses), "--run-id", RUN_ID, *launch, str(script),
+                                                *args])
 
 
 def test_two_nodes_train_like_one_process(nodes, tmp_path):
