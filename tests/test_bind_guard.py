@@ -37,6 +37,12 @@ listen("tcp4 empty", socket.AF_INET, "")
 listen("tcp4 specific", socket.AF_INET, "127.0.0.1")
 if socket.has_ipv6:
     listen("tcp6 wildcard", socket.AF_INET6, "::")
+    only6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)  # IPv6-only, then its IPv4 twin at the same port
+    only6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    only6.bind(("::", 0))
+    twin = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    twin.bind(("0.0.0.0", only6.getsockname()[1]))
+    found["tcp6 v6only wildcard"], found["tcp4 twin"] = only6.getsockname()[0], twin.getsockname()[0]
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 u.bind(("0.0.0.0", 0))
 found["udp4 wildcard"] = u.getsockname()[0]
@@ -69,6 +75,7 @@ def test_a_wildcard_tcp_bind_gets_the_chosen_address_and_nothing_else_changes(li
     assert found["tcp4 specific"] == "127.0.0.1"  # an address asked for is kept
     if "tcp6 wildcard" in found:
         assert found["tcp6 wildcard"] == "::ffff:127.0.0.2"  # a dual-stack socket: the IPv4-mapped form
+        assert (found["tcp6 v6only wildcard"], found["tcp4 twin"]) == ("::1", "127.0.0.2")  # both bound, none wide
     assert found["udp4 wildcard"] == "0.0.0.0"  # only TCP listeners are the frameworks' servers
     assert found["unix"] == str(tmp_path / "probe.sock")
 
@@ -76,7 +83,7 @@ def test_a_wildcard_tcp_bind_gets_the_chosen_address_and_nothing_else_changes(li
 def test_without_the_address_the_guard_changes_nothing(library, tmp_path):
     found = probe(tmp_path, {"LD_PRELOAD": str(library)})
     assert found["tcp4 wildcard"] == found["tcp4 empty"] == "0.0.0.0"
-    assert found.get("tcp6 wildcard", "::") == "::"
+    assert found.get("tcp6 wildcard", "::") == found.get("tcp6 v6only wildcard", "::") == "::"
 
 
 def test_an_ipv6_address_is_given_to_ipv6_wildcard_sockets(library, tmp_path):

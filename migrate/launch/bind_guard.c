@@ -4,9 +4,10 @@
  * servers bind [::], with no option to bind one address; both serve without authentication. Loaded into a
  * job's processes with LD_PRELOAD (by `dpmigrate launch --nnodes M`, see bind_guard.py), this bind() turns
  * a TCP bind to the wildcard address (0.0.0.0, or :: for an IPv6 socket) into a bind to
- * DPMIGRATE_BIND_ADDRESS, the address the launcher chose towards the master, port unchanged. An IPv6
- * socket given an IPv4 address is bound to its IPv4-mapped form (::ffff:a.b.c.d) with IPV6_V6ONLY off,
- * as a dual-stack wildcard socket already is. Everything else (UDP, Unix sockets, a specific address,
+ * DPMIGRATE_BIND_ADDRESS, the address the launcher chose towards the master, port unchanged. A dual-stack
+ * IPv6 socket (IPV6_V6ONLY off, gRPC's wildcard) given an IPv4 address is bound to its IPv4-mapped form
+ * (::ffff:a.b.c.d); an IPv6-only one, whose program binds an IPv4 twin at the same port for IPv4, to ::1,
+ * so it stays off the network and does not take the twin's port. Everything else (UDP, Unix sockets, a specific address,
  * DPMIGRATE_BIND_ADDRESS unset or not an address) goes to the C library's bind() unchanged.
  */
 #define _GNU_SOURCE
@@ -65,11 +66,13 @@ int bind(int fd, const struct sockaddr *address, socklen_t size) {
         struct sockaddr_in6 given;
         memcpy(&given, address, sizeof given);
         if (IN6_IS_ADDR_UNSPECIFIED(&given.sin6_addr)) {
-            if (have_v4) {
-                int off = 0;  /* an IPv4-mapped address needs a dual-stack socket */
-                setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
-            }
             given.sin6_addr = chosen_v6;
+            if (have_v4) {
+                int v6only = 0;
+                socklen_t length = sizeof v6only;
+                if (getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &length) == 0 && v6only)
+                    given.sin6_addr = in6addr_loopback;  /* IPv6 only (its IPv4 twin gets the address): off the network */
+            }
             return real_bind(fd, (const struct sockaddr *)&given, sizeof given);
         }
     }
