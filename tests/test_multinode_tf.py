@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from netns import NamespacesUnavailable, TwoNodes
-from test_tf_multinode import PORT, RUN_ID, finish, user_env
+from netns import TwoNodes, finish, start_launch, user_env
+from test_tf_multinode import PORT, RUN_ID
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow,
               pytest.mark.skipif(__import__("importlib.util").util.find_spec("tensorflow") is None,
@@ -26,20 +26,6 @@ pytestmark = [pytest.mark.multinode, pytest.mark.slow,
 JOBS = Path(__file__).parent / "jobs"
 COLLECTIVE_TIMEOUT_S = 20
 SLACK_S = 5  # what the issue allows after a timeout
-
-
-
-@pytest.fixture
-def nodes():
-    try:
-        two = TwoNodes()
-    except NamespacesUnavailable as e:
-        pytest.skip(f"cannot create network namespaces here: {e}")
-    try:
-        yield two
-    finally:
-        two.close()
-
 
 LOAD = """\
 import sys
@@ -53,13 +39,9 @@ np.savez(sys.argv[2], *[np.asarray(w) for w in model.get_weights()])
 def start_node(nodes: TwoNodes, node: int, tmp_path: Path, script: Path, *args: str, nproc: int = 1,
                launch: tuple[str, ...] = ()) -> subprocess.Popen:
     """Node ``node``'s `dpmigrate launch`, in its namespace and its own folder ``tmp_path/node<i>``."""
-    folder = tmp_path / f"node{node}"
-    folder.mkdir(exist_ok=True)
-    argv = [sys.executable, "-m", "dpmigrate.launch", "-n", str(nproc), "--nnodes", "2", "--node-rank", str(node),
-            "--master", f"{nodes.addresses[0]}:{PORT}", "--hosts", ",".join(nodes.addresses), "--run-id", RUN_ID,
-            "--log-dir", str(folder / "logs"), *launch, str(script), *args]
-    return subprocess.Popen(nodes.command(node, argv), cwd=folder, env=user_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return start_launch(nodes, node, tmp_path, ["-n", str(nproc), "--master", f"{nodes.addresses[0]}:{PORT}", "--hosts",
+                                                ",".join(nodes.addresses), "--run-id", RUN_ID, *launch, str(script),
+                                                *args])
 
 
 def max_difference(a_path: Path, b_path: Path) -> float:
