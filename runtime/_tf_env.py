@@ -23,6 +23,7 @@ import json
 import os
 from collections.abc import Mapping
 
+from .common import seconds_from_environment
 from .hostlist import expand_hostlist, expand_tasks_per_node
 from .role import LaunchEnvironmentError, Role
 
@@ -86,16 +87,8 @@ def current_config(environ: Mapping[str, str] | None = None) -> dict:
 
 def start_timeout(collective_timeout_s: float, environ: Mapping[str, str] | None = None) -> float:
     """How long ``init()`` waits for every worker: ``DPMIGRATE_START_TIMEOUT``, else the collective timeout."""
-    text = (os.environ if environ is None else environ).get(START_TIMEOUT_VARIABLE, "").strip()
-    if not text:
-        return collective_timeout_s
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"{START_TIMEOUT_VARIABLE}={text!r}: give the seconds the workers have to meet, e.g. 60")
-    return value
+    return seconds_from_environment(START_TIMEOUT_VARIABLE, collective_timeout_s,
+                                    "the seconds the workers have to meet, e.g. 60", environ)
 
 
 def is_keras3_model(model) -> bool:

@@ -29,15 +29,23 @@ def timeout_seconds(timeout: float | None, environ: Mapping[str, str] | None = N
     """The collective timeout: ``init(timeout=)``, else ``DPMIGRATE_TIMEOUT``, else the default."""
     if timeout is not None:
         return float(timeout)
-    text = (os.environ if environ is None else environ).get(TIMEOUT_VARIABLE)
+    return seconds_from_environment(TIMEOUT_VARIABLE, DEFAULT_TIMEOUT_SECONDS, "the collective timeout in seconds, "
+                                    "e.g. 300", environ)
+
+
+def seconds_from_environment(variable: str, default: float, what: str,
+                             environ: Mapping[str, str] | None = None) -> float:
+    """A positive number of seconds from ``variable`` (``default`` when unset or blank); anything else is an
+    error that names the variable and ``what`` to give instead."""
+    text = (os.environ if environ is None else environ).get(variable, "").strip()
     if not text:
-        return DEFAULT_TIMEOUT_SECONDS
+        return default
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not value > 0:
-        raise ValueError(f"{TIMEOUT_VARIABLE}={text!r}: give the collective timeout in seconds, e.g. 300")
+        raise ValueError(f"{variable}={text!r}: give {what}")
     return value
 
 
