@@ -102,10 +102,30 @@ def test_a_rank_that_failed_on_one_node_is_named_by_the_other_which_then_stops(t
     rank_status.write_status(node1.status_dir, RankExit(3, -9, stopped=False, ended=time.time()))
     assert node1.poll(now) is None  # published
     assert node0.poll(now) is None  # seen: its ranks now have PEER_GRACE_S to fail by themselves
-    assert diagnosis.lost_ranks(node0.diagnosis_dir) == {3: 0}
     assert node0.poll(now + paddle_nodes.PEER_GRACE_S) == (
         "dpmigrate launch: rank 3 failed on node 1 (killed by SIGKILL); stopping the ranks of node 0")
+    rank_status.write_status(node0.status_dir, RankExit(0, -15, stopped=True, ended=time.time()))  # stopped by us
+    node0.record_lost(), node1.record_lost()
+    assert diagnosis.lost_ranks(node0.diagnosis_dir) == {3: 0}
     assert node1.lost_elsewhere == {} and diagnosis.lost_ranks(node1.diagnosis_dir) == {}
+
+
+def test_a_failure_seen_before_this_nodes_earlier_one_was_recorded_is_not_blamed(tmp_path, store):
+    """The race a loaded machine makes: node 1's rank 2 aborts because node 0's rank 0 was killed, and node 0
+    sees that before rank 0's wrapper has written rank 0's status. Rank 2 is a candidate then; once rank 0's
+    status (ended earlier) is in, it is not recorded as the rank node 0 lost."""
+    port = store.server_address[1]
+    store.put(f"/{RUN}/info/pod-a/0", "{}")
+    store.put(f"/{RUN}/info/pod-b/1", "{}")
+    node0, node1 = meeting(tmp_path, 0, port, store=store), meeting(tmp_path, 1, port)
+    node0.poll(time.monotonic()), node1.poll(time.monotonic())
+    killed_at = time.time() - 0.5
+    rank_status.write_status(node1.status_dir, RankExit(2, -6, stopped=False, ended=time.time()))
+    node1.poll(time.monotonic())
+    assert node0.poll(time.monotonic()) is None and sorted(node0.lost_elsewhere) == [2]  # seen first
+    rank_status.write_status(node0.status_dir, RankExit(0, -9, stopped=False, ended=killed_at))  # written late
+    node0.record_lost()
+    assert diagnosis.lost_ranks(node0.diagnosis_dir) == {}
 
 
 def test_a_rank_that_failed_after_this_nodes_own_is_not_blamed(tmp_path, store):

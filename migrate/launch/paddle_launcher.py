@@ -192,6 +192,7 @@ def main(argv: list[str]) -> int:
         pump.join(timeout=5)
     if meeting is not None and meeting.met and launcher.returncode != 0:
         meeting.settle(time.monotonic())  # name a rank lost on another node, if that is why this node failed
+        meeting.record_lost()
     if meeting is not None and meeting.store is not None:
         meeting.store.close()
     if why_stopped:

@@ -15,10 +15,10 @@ Paddle's launcher on node 0 then finds it ready and becomes a participant like t
   it tried and which nodes (and their ranks) never arrived, and the job on this node is stopped;
 - run: each node publishes its ranks that failed by themselves (``/<run id>/dpmigrate/failed/<rank>``,
   from :mod:`.rank_status` files, with when it ended) and reads the others'. A rank of another node that
-  failed before any rank of this node did is recorded for the final line (:mod:`.diagnosis`: "it lost
-  rank 1, on another node"); the ranks of this node get ``PEER_GRACE_S`` to fail by themselves (a gloo
-  collective with a dead peer fails at once), then the job on this node is stopped, so no node waits
-  for gloo's 30 s or the TCPStore's 900 s.
+  failed before any rank of this node did is recorded for the final line once this node's ranks have all
+  ended (:mod:`.diagnosis`: "it lost rank 1, on another node"); the ranks of this node get ``PEER_GRACE_S``
+  to fail by themselves (a gloo collective with a dead peer fails at once), then the job on this node is
+  stopped, so no node waits for gloo's 30 s or the TCPStore's 900 s.
 Standard library only: importing it loads no framework.
 """
 
@@ -200,7 +200,6 @@ class Meeting:
                     continue  # it failed after a rank of this node did: lost because of this node, not the cause
                 if rank not in self.my_ranks and rank not in self.lost_elsewhere:
                     self.lost_elsewhere[rank] = data
-                    self._record_lost(rank)
                     if self.stop_at is None:
                         self.stop_at = now + PEER_GRACE_S
         return self._stop_when_due(now)
@@ -225,14 +224,22 @@ class Meeting:
                          for r, d in sorted(self.lost_elsewhere.items()))
         return f"dpmigrate launch: {lost}; stopping the ranks of node {self.node}"
 
-    def _record_lost(self, rank: int) -> None:
-        """For the final line (:mod:`.diagnosis`'s file, as the torch runtime writes it): found by this node's first rank."""
+    def record_lost(self) -> None:
+        """Once this node's ranks have all ended: for the final line (:mod:`.diagnosis`'s file, as the torch
+        runtime writes it, found by this node's first rank), the ranks of other nodes that failed before any
+        rank of this node did. Decided only now, from every status: when another node's failure was seen, a
+        rank of this node may already have died without its status written yet (its wrapper still
+        finishing), and then that failure is a consequence, not the cause."""
         if self.diagnosis_dir is None:
             return
-        by = self.my_ranks[0]
-        with contextlib.suppress(OSError):
-            rank_status._write_atomically(self.diagnosis_dir, f"lost-by-rank{by}.json",
-                                          json.dumps({"rank": by, "lost": sorted(self.lost_elsewhere)}))
+        failed_here = [e for e in rank_status.read_statuses(self.status_dir, self.my_ranks).values() if e.failed]
+        first_here = min((e.ended for e in failed_here), default=float("inf"))
+        lost = sorted(r for r, data in self.lost_elsewhere.items() if float(data["ended"]) <= first_here)
+        if lost:
+            by = self.my_ranks[0]
+            with contextlib.suppress(OSError):
+                rank_status._write_atomically(self.diagnosis_dir, f"lost-by-rank{by}.json",
+                                              json.dumps({"rank": by, "lost": lost}))
 
     # --- the store ------------------------------------------------------------------------------------
 

@@ -65,9 +65,10 @@ def main(argv: list[str]) -> int:
     for relay in relays:
         relay.start()
     returncode = child.wait()  # retried after each signal handler (PEP 475)
+    ended = time.time()  # now, not after the relays: other nodes order failures by it (.paddle_nodes)
     for relay in relays:
         relay.join(timeout=5)  # the rank's own stray children may hold the pipes open: do not wait for them
-    exit_ = RankExit(rank, returncode, stopped=bool(stop_requested), ended=time.time())
+    exit_ = RankExit(rank, returncode, stopped=bool(stop_requested), ended=ended)
     try:
         write_status(status_dir, exit_)
     except OSError as e:
