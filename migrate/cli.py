@@ -102,6 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import launch
 
         return launch.main(argv[1:])
+    if argv[:1] == ["verify"]:
+        from . import verify
+
+        return verify.main(argv[1:])
     results: list[FileResult] = []
     with interruptible():
         try:

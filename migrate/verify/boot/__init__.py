@@ -1,0 +1,1 @@
+"""The folder ``dpmigrate verify`` puts first on ``PYTHONPATH`` (it holds only ``sitecustomize.py``)."""

@@ -1,0 +1,188 @@
+"""``dpmigrate verify``: prove on the user's own script that the converted job trains like the original.
+
+    dpmigrate verify train.py [-n 2] [--steps 3] [--against converted.py] [--tolerance 1e-5]
+                     [--framework F] [--timeout S] [--report text|json] [--report-file FILE] [--keep] [-- ARGS]
+
+Without ``--against``, a copy of the script (and of the local modules the conversion reads) is converted
+with ``--batch global`` and the project's ``[tool.dpmigrate]`` settings into a private temporary folder;
+the user's files are untouched. The original then runs on one process and the conversion on N (the real
+launcher), each for K optimizer steps under the harness (:mod:`.harness`), and the records are compared
+(:mod:`.compare`). Exit 0: equivalent; 1: diverges, or no optimizer step seen; 2: could not run (bad
+arguments, a script that does not convert, an original that fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import compare, dumps, runs
+from .report import Outcome, headline, render_json, render_text
+
+FRAMEWORKS = ("auto", "torch", "tensorflow", "paddle")
+_GPU_WORDS = ("CUDA", "cuda", "GPU", "nccl", "NCCL")
+
+
+class CannotRun(Exception):
+    """Exit 2, with the reason (and the output lines that show it)."""
+
+    def __init__(self, reason: str, details: list[str] | None = None):
+        super().__init__(reason)
+        self.details = details or []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, script_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = _parser()
+    args = parser.parse_args(own)
+    if args.steps < 1 or args.nproc < 1:
+        parser.error("-n and --steps take 1 or more")
+    if not args.tolerance > 0:
+        parser.error("--tolerance takes a positive number, e.g. 1e-5")
+    outcome = verify(Path(args.script), args.nproc, args.steps, args.tolerance, args.framework, script_args,
+                     against=Path(args.against) if args.against else None, timeout_s=args.timeout, keep=args.keep)
+    text = render_json(outcome) if args.report == "json" else render_text(outcome)
+    if args.report_file:
+        Path(args.report_file).write_text(text)
+    else:
+        (sys.stdout if args.report == "json" else sys.stderr).write(text)
+    return outcome.exit_code
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dpmigrate verify",
+        description="Run the original script on 1 process and its conversion on N for a few optimizer steps, and "
+                    "check that they train alike: same parameters after every step, and the data really split.",
+        epilog="Exit status: 0 equivalent, 1 diverges (or no optimizer step seen), 2 could not run.")
+    p.add_argument("-n", "--nproc", type=int, default=2, metavar="N", help="processes of the converted job (default 2)")
+    p.add_argument("--steps", type=int, default=3, metavar="K", help="optimizer steps to compare (default 3)")
+    p.add_argument("--against", metavar="CONVERTED", help="check this converted script (however it was made) "
+                   "instead of converting a copy with --batch global")
+    p.add_argument("--tolerance", type=float, default=1e-5, help="largest parameter difference allowed (default 1e-5)")
+    p.add_argument("--framework", choices=FRAMEWORKS, default="auto", help="default: from the script's imports")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="time limit of each run (default 600)")
+    p.add_argument("--report", choices=("text", "json"), default="text", help="text on stderr, json on stdout")
+    p.add_argument("--report-file", metavar="FILE", help="write the report to FILE")
+    p.add_argument("--keep", action="store_true", help="keep the converted copy, the runs' logs and records")
+    p.add_argument("script", help="the original, single-process training script; its arguments follow `--`")
+    return p
+
+
+def verify(script: Path, nproc: int, steps: int, tolerance: float, framework: str, script_args: list[str], *,
+           against: Path | None = None, timeout_s: float = 600.0, keep: bool = False) -> Outcome:
+    outcome = Outcome(str(script), framework, nproc, steps, tolerance, 2, "")
+    work = Path(tempfile.mkdtemp(prefix="dpmigrate-verify-"))  # 0700, random name
+    try:
+        outcome.framework = _framework(script, framework, against)
+        _compare_runs(outcome, work, script, script_args, against, timeout_s)
+    except CannotRun as e:
+        outcome.exit_code, outcome.headline, outcome.details = 2, f"could not run: {e}", e.details
+    except _Diverges as e:
+        outcome.exit_code, outcome.headline, outcome.details = 1, f"diverges: {e}", e.details
+    finally:
+        if keep:
+            outcome.kept = str(work)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return outcome
+
+
+class _Diverges(Exception):
+    def __init__(self, reason: str, details: list[str] | None = None):
+        super().__init__(reason)
+        self.details = details or []
+
+
+def _framework(script: Path, framework: str, against: Path | None) -> str:
+    from ..launch.cli import UsageError, detect_framework
+
+    for path in (script, against):
+        if path is not None and not path.is_file():
+            raise CannotRun(f"{path}: no such script")
+    if framework != "auto":
+        return framework
+    try:
+        return detect_framework(against or script)
+    except UsageError as e:
+        raise CannotRun(str(e)) from None
+
+
+def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against: Path | None, timeout_s: float):
+    script = script.resolve()
+    if against is None:
+        converted, o.conversion = _convert(script, work, o.framework)
+    else:
+        converted, o.conversion = against.resolve(), f"checked as given ({against})"
+    here = Path.cwd()
+    single_out, job_out = dumps.private_folder(work / "single"), dumps.private_folder(work / "job")
+    original = runs.run(runs.original_argv(script, args), runs.scratch_folder(work, "original-cwd", here),
+                        runs.environment(single_out, script, o.steps, o.framework), work / "original.log", timeout_s)
+    o.original_seconds = original.seconds
+    if original.returncode != 0:
+        raise CannotRun(_failed("the original", original, timeout_s), original.tail())
+    one = _record(single_out, "the original", original)
+    if one.steps == 0:
+        raise _Diverges("no optimizer step seen in the original (nothing to compare: does it train?)", original.tail())
+    env = runs.environment(job_out, converted, o.steps, o.framework)
+    job = runs.run(runs.launch_argv(converted, args, o.nproc, work / "logs", timeout_s, o.framework),
+                   runs.scratch_folder(work, "converted-cwd", here), env, work / "converted.log", timeout_s + 30)
+    o.converted_seconds = job.seconds
+    if job.returncode != 0:
+        raise _Diverges(f"{_failed(f'the conversion on {o.nproc} processes', job, timeout_s)}, where the original "
+                        "runs", job.tail())
+    for rank in range(o.nproc):
+        _record(job_out, f"rank {rank} of the conversion", job, rank)
+    o.harness = sorted({c for folder in (dumps.rank_folder(single_out, 0), dumps.rank_folder(job_out, 0))
+                        for c in dumps.Record.read(folder).changes})
+    c = compare.compare(single_out, job_out, o.nproc, o.tolerance)
+    o.comparison = c
+    o.exit_code = 0 if c.equivalent else 1
+    o.headline = headline(c, o.tolerance)
+
+
+def _record(out: Path, who: str, run: runs.Run, rank: int = 0) -> dumps.Record:
+    folder = dumps.rank_folder(out, rank)
+    try:
+        return dumps.Record.read(folder)
+    except FileNotFoundError:
+        raise CannotRun(f"{who} ran but the harness recorded nothing: it never imported torch, tensorflow or paddle "
+                        "in the script's own process", run.tail()) from None
+
+
+def _failed(who: str, run: runs.Run, timeout_s: float) -> str:
+    if run.returncode is None:
+        return f"{who} did not finish within {timeout_s:g} s (--timeout)"
+    text = "\n".join(run.tail())
+    gpu = " (it needs a GPU: verify runs on the CPU)" if any(w in text for w in _GPU_WORDS) and "Error" in text else ""
+    return f"{who} failed (exit code {run.returncode}){gpu}"
+
+
+def _convert(script: Path, work: Path, framework: str) -> tuple[Path, str]:
+    """Convert a copy of the script (and the local modules it reads) into ``work/converted``."""
+    target = work / "converted"
+    report = work / "conversion.json"
+    argv = [sys.executable, "-m", "dpmigrate", "-o", str(target), "--batch", "global", "--framework", framework,
+            "--report", "json", "--report-file", str(report), str(script)]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=os.getcwd())
+    if done.returncode == 2 or not report.exists():
+        raise CannotRun(f"dpmigrate could not convert {script.name}", done.stderr.splitlines()[-TAIL:])
+    summary = json.loads(report.read_text())["summary"]
+    converted = target / script.name
+    if not converted.exists():
+        raise CannotRun(f"dpmigrate wrote no converted copy of {script.name}", done.stderr.splitlines()[-TAIL:])
+    runs.place_beside(target, script.parent)
+    said = (f"--batch global, {summary['changes']} changes, {summary['declined']} declined, {summary['errors']} "
+            f"errors in {summary['files']} file{'s' if summary['files'] != 1 else ''} (`dpmigrate --diff --batch global "
+            f"{script.name}` shows them)")
+    return converted, said
+
+
+TAIL = 20

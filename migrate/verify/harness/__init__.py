@@ -1,0 +1,1 @@
+"""What runs inside the processes ``dpmigrate verify`` starts: :mod:`.core` and one adapter per framework."""

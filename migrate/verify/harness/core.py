@@ -1,0 +1,313 @@
+"""The harness inside each run of ``dpmigrate verify``: the framework-neutral half.
+
+``dpmigrate verify`` starts the original script (one process) and the converted one (N processes, under
+the real launcher) with ``dpmigrate/verify/boot`` first on ``PYTHONPATH``: its ``sitecustomize`` calls
+:func:`activate` before the script starts, in every Python process of the job, and the harness wakes up
+only in the processes that run the script (``sys.argv[0]`` is ``DPMIGRATE_VERIFY_SCRIPT``), never in a
+launcher. The scripts themselves are not edited. It then:
+
+- seeds Python's ``random`` now, and NumPy and the framework as they are imported: the single process
+  and rank 0 alike, every other rank differently, so randomness a conversion failed to share shows up
+  while rank 0's start, which a correct conversion broadcasts, is the original's;
+- lets one adapter per framework (:mod:`.torch`, :mod:`.paddle`, :mod:`.tensorflow`) turn dropout and
+  shuffling off, count optimizer steps at the framework level (an optimizer the conversion forgot to
+  wrap is still seen) and report what each step consumed;
+- after ``K`` steps of the first optimizer that stepped, writes every trained parameter as it was after
+  each step and the per-sample fingerprints of the inputs (:mod:`dpmigrate.verify.dumps`), and ends the
+  process (the ranks of a job meet first, through files, so none dies in a peer's collective); a script
+  that ends before ``K`` steps is recorded at exit.
+
+Adapters call :meth:`Recorder.track` when an optimizer first steps, :meth:`Recorder.boundary` at step
+boundaries and :meth:`Recorder.consumed` for inputs. Standard library only until NumPy is needed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import importlib.abc
+import importlib.util
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import dumps
+from . import fingerprint
+
+ENV_OUT = "DPMIGRATE_VERIFY_OUT"
+ENV_SCRIPT = "DPMIGRATE_VERIFY_SCRIPT"
+ENV_STEPS = "DPMIGRATE_VERIFY_STEPS"
+BASE_SEED = 1234
+BARRIER_TIMEOUT_S = 120.0
+SOURCE_PREFERENCE = ("step", "feed", "loader", "model")  # what a step consumed, best evidence first
+
+_recorder: Recorder | None = None
+
+
+def seed_for(rank: int) -> int:
+    """The single process and rank 0 alike; other ranks apart (randomness not shared must show)."""
+    return BASE_SEED if rank == 0 else BASE_SEED + 7919 * rank
+
+
+class Recorder:
+    """One process's record: parameters per step, inputs per step, how it stopped."""
+
+    def __init__(self, out: Path, steps: int, rank: int, world_size: int):
+        self.out, self.wanted, self.rank, self.world_size = out, steps, rank, world_size
+        self.folder = dumps.private_folder(dumps.rank_folder(out, rank))
+        self.seed = seed_for(rank)
+        self.framework = ""
+        self.parameters: list[dumps.Parameter] = []
+        self._readers: list[Callable[[], object]] = []
+        self._optimizers: list[object] = []  # kept alive: their ids must stay theirs
+        self._primary: object | None = None
+        self._steps_done: Callable[[], int] = lambda: 0
+        self.snapshots: list[int] = []
+        self.completed = 0
+        self._pending: list[tuple[str, int, dict[str, list[str]]]] = []
+        self.inputs: dict[int, dumps.Inputs] = {}
+        self.batchnorm: list[str] = []
+        self.changes: dict[str, None] = {}
+        self.finished = False
+        self._lock = threading.RLock()
+
+    # --- what adapters call --------------------------------------------------------------------------
+
+    def track(self, optimizer, describe: Callable[[], list[tuple[str, list[int], str, Callable[[], object]]]],
+              steps_done: Callable[[], int]) -> bool:
+        """Register an optimizer the first time it steps (later calls are cheap): ``describe()`` lists its
+        parameters as ``(name, shape, owner, read)``. True if it is the one whose steps are counted (the
+        first to step)."""
+        with self._lock:
+            if not any(o is optimizer for o in self._optimizers):
+                index = len(self._optimizers)
+                self._optimizers.append(optimizer)
+                for j, (name, shape, owner, read) in enumerate(describe()):
+                    self.parameters.append(dumps.Parameter(f"o{index}.p{j}", name, list(shape), owner))
+                    self._readers.append(read)
+                if self._primary is None:
+                    self._primary, self._steps_done = optimizer, steps_done
+            return self._primary is optimizer
+
+    def note_batchnorm(self, names) -> None:
+        for name in names:
+            if name not in self.batchnorm:
+                self.batchnorm.append(name)
+
+    def changed(self, what: str) -> None:
+        self.changes.setdefault(what)
+
+    def consumed(self, batch_array, source: str, stream: int = 0, dims: int = 1) -> None:
+        """A batch this process consumed (NumPy array, samples along dimension 0)."""
+        if self.finished or batch_array is None:
+            return
+        try:
+            rows = fingerprint.rows(batch_array, dims)
+        except Exception:  # an input that is not an array of numbers: nothing to fingerprint
+            return
+        if rows:
+            with self._lock:
+                self._pending.append((source, stream, rows))
+
+    def boundary(self, completed: int, pending: bool) -> None:
+        """The counted optimizer has completed ``completed`` steps. ``pending``: the inputs seen since the
+        last boundary belong to the step about to be applied (a pre-step hook), else to the last one."""
+        with self._lock:
+            if self.finished:
+                return
+            step = completed + 1 if pending else completed
+            if self._pending and step >= 1:
+                self._close_inputs(step)
+            self._pending = []
+            self.completed = completed
+            if completed not in self.snapshots:
+                self._snapshot(completed)
+            if completed >= self.wanted:
+                self.finish("steps")
+        if self.finished:
+            leave(self)
+
+    def take_initial_snapshot(self) -> None:
+        """Parameters before any step, when an adapter can read them only at registration (TF's tracing)."""
+        with self._lock:
+            if not self.snapshots and not self.finished:
+                self._snapshot(0)
+
+    # --- the record ------------------------------------------------------------------------------------
+
+    def _close_inputs(self, step: int) -> None:
+        by_source: dict[str, list[tuple[int, dict[str, list[str]]]]] = {}
+        for source, stream, rows in self._pending:
+            by_source.setdefault(source, []).append((stream, rows))
+        source = next(s for s in SOURCE_PREFERENCE if s in by_source)
+        batches = by_source[source]
+        if source == "loader":  # an evaluation loader read between steps is not what was trained on
+            last = batches[-1][0]
+            batches = [b for b in batches if b[0] == last]
+        merged: dict[str, list[str]] = {}
+        for _, rows in batches:
+            for dim, hashes in rows.items():
+                merged.setdefault(dim, []).extend(hashes)
+        if source == "model":  # only the dimensions every batch had
+            merged = {d: h for d, h in merged.items() if all(d in rows for _, rows in batches)}
+        previous = self.inputs.get(step)
+        if previous is not None and previous.source == source:
+            for dim, hashes in merged.items():
+                previous.rows.setdefault(dim, []).extend(hashes)
+        elif previous is None or SOURCE_PREFERENCE.index(source) < SOURCE_PREFERENCE.index(previous.source):
+            self.inputs[step] = dumps.Inputs(source, merged)
+
+    def _snapshot(self, steps: int) -> None:
+        import numpy as np
+
+        arrays = {}
+        for parameter, read in zip(self.parameters, self._readers):
+            arrays[parameter.key] = np.asarray(read())
+        path = dumps.snapshot_file(self.folder, steps)
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+        self.snapshots.append(steps)
+
+    def finish(self, reason: str) -> None:
+        """Write the record (once). At exit, the parameters as the script left them are the last snapshot."""
+        with self._lock:
+            if self.finished:
+                return
+            if reason == "exit" and self._primary is not None:
+                try:
+                    done = int(self._steps_done())
+                except Exception:
+                    done = self.completed
+                if done not in self.snapshots:
+                    try:
+                        self._snapshot(done)
+                    except Exception as e:  # the framework is already torn down: say so, keep what we have
+                        self.changed(f"no snapshot at exit ({type(e).__name__}: {e})")
+                self.completed = max(self.completed, done)
+            self.finished = True
+            last = max(self.snapshots, default=0)
+            steps_inputs = [self.inputs.get(j) for j in range(1, last + 1)]
+            record = dumps.Record(
+                rank=self.rank, world_size=self.world_size, framework=self.framework, parameters=self.parameters,
+                snapshots=sorted(self.snapshots), steps=last, optimizers=len(self._optimizers),
+                inputs=steps_inputs, stop=reason, batchnorm=self.batchnorm, changes=list(self.changes))
+            record.write(self.folder)
+
+
+def leave(recorder: Recorder) -> None:
+    """End the process after its record is written; the ranks of a job meet first (files, not sockets)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    if recorder.world_size > 1:
+        mine = recorder.out / f"done-{recorder.rank}"
+        mine.touch()
+        deadline = time.monotonic() + BARRIER_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if all((recorder.out / f"done-{r}").exists() for r in range(recorder.world_size)):
+                break
+            time.sleep(0.02)
+    os._exit(0)
+
+
+# --- activation -----------------------------------------------------------------------------------------
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs a callback when a top-level module has finished importing (the module exists, fully built)."""
+
+    def __init__(self, callbacks: dict[str, Callable[[object], None]]):
+        self.callbacks = callbacks
+        self._busy: set[str] = set()
+
+    def find_spec(self, fullname, path, target=None):
+        callback = self.callbacks.get(fullname)
+        if callback is None or fullname in self._busy:
+            return None
+        self._busy.add(fullname)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy.discard(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _Then(spec.loader, callback, fullname)
+        return spec
+
+
+class _Then(importlib.abc.Loader):
+    def __init__(self, loader, callback, name):
+        self.loader, self.callback, self.name = loader, callback, name
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = self.loader  # the module sees its own loader (resources, reloads)
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        try:
+            self.callback(module)
+        except Exception as e:  # the harness must never be what breaks a run: say it, go on
+            print(f"dpmigrate verify: harness: could not prepare {self.name}: {type(e).__name__}: {e}",
+                  file=sys.stderr, flush=True)
+
+
+def _is_the_script() -> bool:
+    script = os.environ.get(ENV_SCRIPT)
+    if not script or not sys.argv or not sys.argv[0] or sys.argv[0] in ("-c", "-m"):
+        return False
+    try:
+        return os.path.samefile(sys.argv[0], script)
+    except OSError:
+        return False
+
+
+def _role() -> tuple[int, int]:
+    try:
+        from dpmigrate.runtime.role_reader import read_role
+
+        role = read_role(os.environ)
+        return role.rank, role.world_size
+    except Exception:
+        return 0, 1
+
+
+def activate() -> Recorder | None:
+    """Called by the boot ``sitecustomize``: prepare this process if it runs the script under verification."""
+    global _recorder
+    if _recorder is not None or not os.environ.get(ENV_OUT) or not _is_the_script():
+        return _recorder
+    rank, world_size = _role()
+    recorder = Recorder(Path(os.environ[ENV_OUT]), int(os.environ.get(ENV_STEPS, "3")), rank, world_size)
+    _recorder = recorder
+    import random
+
+    random.seed(recorder.seed)
+
+    def numpy_ready(np):
+        np.random.seed(recorder.seed % 2**32)
+
+    def adapter(module_name: str, function: str):
+        def run(module):
+            adapter_module = importlib.import_module(f"dpmigrate.verify.harness.{module_name}")
+            getattr(adapter_module, function)(module, recorder)
+        return run
+
+    sys.meta_path.insert(0, _AfterImport({
+        "numpy": numpy_ready,
+        "torch": adapter("torch", "install"),
+        "paddle": adapter("paddle", "install"),
+        "tensorflow": adapter("tensorflow", "install"),
+        "tf_keras": adapter("tensorflow", "install_keras"),
+        "keras": adapter("tensorflow", "install_keras"),
+    }))
+    atexit.register(recorder.finish, "exit")
+    return recorder
+

@@ -1,0 +1,233 @@
+"""The torch adapter of the ``dpmigrate verify`` harness: installed when the script imports torch.
+
+- Seeds torch's generator (:func:`dpmigrate.verify.harness.core.seed_for`).
+- Counts steps with torch's global optimizer step hooks, so any ``torch.optim.Optimizer`` is seen, wrapped
+  by the conversion or not; the first one to step is counted, and a snapshot is taken before each of its
+  steps (the pre-hook of step ``K + 1`` ends the run).
+- Dropout off: every ``nn.Dropout``-like module, RNN and attention module gets ``p = 0`` as it is called
+  (a global forward pre-hook), and the functional forms ignore their probability.
+- Shuffling off: ``RandomSampler`` yields indices in order and ``DistributedSampler`` is built without
+  shuffling, so batch ``k`` of one process is the union of batch ``k`` of the ranks.
+- Inputs: every batch a DataLoader yields (its first tensor), and the first tensor the outermost module
+  receives in training mode (for data batched by hand).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import weakref
+
+_DROPOUT_FUNCTIONS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
+
+
+def install(torch, recorder) -> None:
+    recorder.framework = "torch"
+    torch.manual_seed(recorder.seed)
+    models = _Models(torch, recorder)
+    _count_steps(torch, recorder, models)
+    _no_dropout(torch, recorder)
+    _no_shuffle(torch, recorder)
+    _record_loader_batches(torch, recorder)
+
+
+def _to_numpy(torch):
+    def convert(value):
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            tensor = value.detach().cpu()
+            if tensor.dtype in (torch.bfloat16, torch.float16):
+                tensor = tensor.float()
+            return tensor.numpy()
+        return None
+    return convert
+
+
+class _Models:
+    """The outermost modules the script calls (its models, or their DDP wrappers), and their inputs."""
+
+    def __init__(self, torch, recorder):
+        self.torch, self.recorder = torch, recorder
+        self.roots: weakref.WeakSet = weakref.WeakSet()
+        self.depth = 0
+        self.convert = _to_numpy(torch)
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        register_module_forward_pre_hook(self._enter)
+        register_module_forward_hook(self._leave)
+
+    def _enter(self, module, args):
+        if self.depth == 0:
+            self.roots.add(module)
+            if module.training and not self.recorder.finished:
+                from .fingerprint import first_array
+
+                self.recorder.consumed(first_array(args, self.convert), "model", dims=2)
+        self.depth += 1
+
+    def _leave(self, module, args, output):
+        self.depth = max(0, self.depth - 1)
+
+    def reset_depth(self) -> None:
+        """A step boundary is outside every forward (a forward that raised never called the exit hook)."""
+        self.depth = 0
+
+    def describe(self, optimizer) -> list:
+        """The optimizer's parameters in its order, named from the models that hold them."""
+        torch = self.torch
+        names, owners = {}, {}
+        roots = [r for r in list(self.roots)]
+        inner = [_unwrapped(r) for r in roots]
+        several = len({id(m) for m in inner}) > 1
+        for model in inner:
+            prefix = f"{type(model).__name__}." if several else ""
+            for name, p in model.named_parameters():
+                names.setdefault(id(p), prefix + name)
+            for module in model.modules():
+                for p in module.parameters(recurse=False):
+                    owners.setdefault(id(p), type(module).__name__)
+            self.recorder.note_batchnorm(
+                prefix + name for name, module in model.named_modules()
+                if isinstance(module, torch.nn.modules.batchnorm._NormBase))
+        described = []
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        for j, p in enumerate(params):
+            read = functools.partial(_read, p)
+            described.append((names.get(id(p), f"{type(optimizer).__name__}.param{j}"), list(p.shape),
+                              owners.get(id(p), ""), read))
+        return described
+
+
+def _unwrapped(module):
+    while hasattr(module, "module") and type(module).__name__ in ("DistributedDataParallel", "DataParallel"):
+        module = module.module
+    return getattr(module, "_orig_mod", module)
+
+
+def _read(p):
+    tensor = p.detach().cpu()
+    if tensor.dtype.is_floating_point and tensor.element_size() < 4:
+        tensor = tensor.float()
+    return tensor.numpy().copy()
+
+
+def _count_steps(torch, recorder, models: _Models) -> None:
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    done: dict[int, int] = {}
+
+    def before(optimizer, args, kwargs):
+        if recorder.finished:
+            return
+        counted = recorder.track(optimizer, lambda: models.describe(optimizer), lambda: done.get(id(optimizer), 0))
+        if counted:
+            models.reset_depth()
+            recorder.boundary(done.get(id(optimizer), 0), pending=True)
+
+    def after(optimizer, args, kwargs):
+        done[id(optimizer)] = done.get(id(optimizer), 0) + 1
+
+    register_optimizer_step_pre_hook(before)
+    register_optimizer_step_post_hook(after)
+
+
+def _no_dropout(torch, recorder) -> None:
+    nn, F = torch.nn, torch.nn.functional
+    dropout_modules = tuple(c for c in (getattr(nn, n, None) for n in (
+        "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")) if c)
+
+    def zero(module, args):
+        if isinstance(module, dropout_modules):
+            if module.p:
+                module.p = 0.0
+                recorder.changed(f"dropout off: {type(module).__name__}")
+        elif isinstance(module, nn.RNNBase) and module.dropout:
+            module.dropout = 0.0
+            recorder.changed(f"dropout off: {type(module).__name__}")
+        elif isinstance(module, nn.MultiheadAttention) and module.dropout:
+            module.dropout = 0.0
+            recorder.changed("dropout off: MultiheadAttention")
+
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    register_module_forward_pre_hook(zero)
+    for name in _DROPOUT_FUNCTIONS:
+        original = getattr(F, name, None)
+        if original is not None:
+            setattr(F, name, _without_probability(original, name, recorder))
+    sdpa = getattr(F, "scaled_dot_product_attention", None)
+    if sdpa is not None:
+        @functools.wraps(sdpa)
+        def attention(*args, **kwargs):
+            if kwargs.get("dropout_p"):
+                kwargs["dropout_p"] = 0.0
+                recorder.changed("dropout off: scaled_dot_product_attention")
+            if len(args) > 4 and args[4]:
+                args = (*args[:4], 0.0, *args[5:])
+                recorder.changed("dropout off: scaled_dot_product_attention")
+            return sdpa(*args, **kwargs)
+        F.scaled_dot_product_attention = attention
+
+
+def _without_probability(original, name, recorder):
+    @functools.wraps(original)
+    def dropout(input, p=0.5, *args, **kwargs):
+        if p:
+            recorder.changed(f"dropout off: F.{name}")
+        return original(input, 0.0, *args, **kwargs)
+    return dropout
+
+
+def _no_shuffle(torch, recorder) -> None:
+    data = torch.utils.data
+
+    def in_order(self):
+        n = len(self.data_source)
+        recorder.changed("shuffling off: RandomSampler")
+        return iter(itertools.islice(itertools.cycle(range(n)), self.num_samples) if n else ())
+
+    data.RandomSampler.__iter__ = in_order
+    init = data.DistributedSampler.__init__
+
+    @functools.wraps(init)
+    def unshuffled(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if self.shuffle:
+            self.shuffle = False
+            recorder.changed("shuffling off: DistributedSampler")
+
+    data.DistributedSampler.__init__ = unshuffled
+
+
+def _record_loader_batches(torch, recorder) -> None:
+    from torch.utils.data import dataloader
+
+    from .fingerprint import first_array
+
+    original = dataloader._BaseDataLoaderIter.__next__
+    convert = _to_numpy(torch)
+    streams = weakref.WeakKeyDictionary()
+    counter = itertools.count()
+
+    @functools.wraps(original)
+    def next_batch(self):
+        batch = original(self)
+        if not recorder.finished:
+            loader = self._dataset  # batches of one dataset are one stream: an evaluation set is another
+            key = streams.get(loader) if _weakrefable(loader) else None
+            if key is None:
+                key = next(counter)
+                if _weakrefable(loader):
+                    streams[loader] = key
+            recorder.consumed(first_array(batch, convert), "loader", stream=key)
+        return batch
+
+    dataloader._BaseDataLoaderIter.__next__ = next_batch
+
+
+def _weakrefable(value) -> bool:
+    try:
+        weakref.ref(value)
+        return True
+    except TypeError:
+        return False

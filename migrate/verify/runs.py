@@ -1,0 +1,135 @@
+"""The two runs ``dpmigrate verify`` compares: where they run, with what environment, and how they ended.
+
+Both run under the harness (:mod:`dpmigrate.verify.harness`), each in a private scratch folder of its own
+as working directory, so neither sees the other's outputs (a checkpoint the first run wrote is not
+resumed by the second) and none of the user's folders gets new files. The scratch folder links to every
+entry of the folder ``dpmigrate verify`` was started in, so relative paths to data keep working.
+
+- the original: ``python SCRIPT ARGS``, where the script is, with no launcher in its environment;
+- the conversion: ``python -m dpmigrate.launch -n N CONVERTED ARGS`` (the real launcher of its framework).
+
+A converted copy lives in the private folder; :func:`place_beside` links the rest of the script's own
+folder next to it, so its imports of unconverted local modules and its paths relative to ``__file__``
+resolve as the original's do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .harness import core
+
+BOOT = Path(__file__).parent / "boot"
+_LAUNCHER_PREFIXES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                      "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_", "PADDLE_",
+                      "TF_CONFIG", "SLURM_", "OMPI_", "PMI_", "DPMIGRATE_RENDEZVOUS", "DPMIGRATE_VERIFY_")
+TAIL_LINES = 25
+
+
+@dataclasses.dataclass
+class Run:
+    """How one run ended."""
+
+    returncode: int | None  # None: stopped after the time limit
+    seconds: float
+    log: Path
+
+    def tail(self, lines: int = TAIL_LINES) -> list[str]:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return []
+        return text.splitlines()[-lines:]
+
+
+def environment(out: Path, script: Path, steps: int, framework: str) -> dict[str, str]:
+    """The run's environment: the user's, without any launcher's variables, plus the harness's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+    path = [str(BOOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    env.update({
+        "PYTHONPATH": os.pathsep.join(path), core.ENV_OUT: str(out), core.ENV_SCRIPT: str(script.resolve()),
+        core.ENV_STEPS: str(steps), "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "",
+    })
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if framework == "tensorflow":
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if importlib.util.find_spec("tf_keras") is not None:  # as dpmigrate launch does for its workers: the
+            env.setdefault("TF_USE_LEGACY_KERAS", "1")  # single process must train with the same Keras
+    return env
+
+
+def scratch_folder(work: Path, name: str, like: Path) -> Path:
+    """A private working directory whose entries link to those of ``like`` (the user's current folder)."""
+    folder = work / name
+    folder.mkdir(mode=0o700)
+    _link_entries(like, folder, skip=set())
+    return folder
+
+
+def place_beside(converted_root: Path, original_folder: Path) -> None:
+    """Link every entry of ``original_folder`` that the conversion did not write into ``converted_root``,
+    folder by folder (a package with one converted module gets links to its other modules)."""
+    _link_entries(original_folder, converted_root, skip=set())
+
+
+def _link_entries(source: Path, target: Path, skip: set[str]) -> None:
+    try:
+        entries = sorted(os.scandir(source), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name in skip or entry.name == "__pycache__":
+            continue
+        destination = target / entry.name
+        if destination.is_dir() and not destination.is_symlink() and entry.is_dir():
+            _link_entries(Path(entry.path), destination, skip=set())  # converted modules inside: merge
+        elif not destination.exists() and not destination.is_symlink():
+            os.symlink(os.path.abspath(entry.path), destination)
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str], log: Path, timeout_s: float) -> Run:
+    """Run to the end (or the time limit, then kill its process group); output to ``log`` only."""
+    started = time.monotonic()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb") as out:
+        process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            returncode = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            returncode = None
+        except BaseException:  # Ctrl-C: nothing of ours keeps running
+            _kill_group(process)
+            raise
+    return Run(returncode, time.monotonic() - started, log)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def original_argv(script: Path, args: list[str]) -> list[str]:
+    return [sys.executable, str(script), *args]
+
+
+def launch_argv(script: Path, args: list[str], nproc: int, logs: Path, timeout_s: float, framework: str) -> list[str]:
+    return [sys.executable, "-m", "dpmigrate.launch", "-n", str(nproc), "--log-dir", str(logs),
+            "--timeout", f"{timeout_s:g}", "--framework", framework, str(script), *args]
