@@ -129,6 +129,9 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
     if original.returncode != 0:
         raise CannotRun(_failed("the original", original, timeout_s), original.tail())
     one = _record(single_out, "the original", original)
+    if one.steps == 0 and one.child_processes:
+        raise CannotRun("the original trains in processes it starts itself (torch.multiprocessing, Hogwild): verify "
+                        "follows the script's own process only", original.tail())
     if one.steps == 0:
         raise _Diverges("no optimizer step seen in the original (nothing to compare: does it train?)", original.tail())
     env = runs.environment(job_out, converted, o.steps, o.framework)

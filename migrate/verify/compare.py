@@ -44,6 +44,11 @@ class DataCheck:
     sizes: tuple[int, list[int]] | None = None  # (original's samples, each rank's) at the first observed step
     detail: str = ""  # the first mismatch, in words
 
+    @property
+    def batch_differs(self) -> bool:
+        """The ranks together consume more or fewer samples per step than the original."""
+        return self.sizes is not None and sum(self.sizes[1]) != self.sizes[0]
+
 
 @dataclasses.dataclass
 class Cause:
@@ -109,6 +114,8 @@ def compare(single: Path, job: Path, world_size: int, tolerance: float) -> Compa
             f"{' (and ' + str(len(data.same) - 1) + ' more steps)' if len(data.same) > 1 else ''}: the data is not "
             "sharded, so the ranks repeat each other's work (even where the weights match). Pass the training "
             "loader through dp.distributed_loader(...) (or the dataset through dp.shard)")))
+    if first is None and data.other:
+        causes.append(_data_cause(data))
     if first is not None:
         causes.extend(_divergence_causes(first, first_worst, factor_cause, one, data, world_size,
                                          already=bool(causes)))
@@ -216,14 +223,23 @@ def _divergence_causes(first: Difference, worst: Difference, factor: Cause | Non
             f"every gradient after it differs (the largest difference is in {worst.parameter}). Convert with "
             "--sync-batchnorm (SyncBatchNorm) where the framework supports it, or accept the difference")))
     if data.other and data.other[0] <= first.step and factor is None:
-        causes.append(Cause("inputs-differ", (
-            f"at step {data.other[0]} the ranks did not consume the original's batch split between them: "
-            f"{data.detail}")))
+        causes.append(_data_cause(data))
     if not causes and not already:
         causes.append(Cause("unknown", (
             f"no known pattern: the first difference is in {first.parameter} after step {first.step}; run "
             "`dpmigrate --diff` on the script and look at what changes the loss or the gradients")))
     return causes
+
+
+def _data_cause(data: DataCheck) -> Cause:
+    if data.batch_differs:
+        original, ranks = data.sizes
+        return Cause("global-batch", (
+            f"the converted job consumes {sum(ranks)} samples per step ({' + '.join(map(str, ranks))}), the original "
+            f"{original}: every rank keeps the whole batch size (a per-device batch, or data drawn or batched by hand, "
+            "which --batch global cannot split), so each step averages other samples than the original's"))
+    return Cause("inputs-differ", (
+        f"at step {data.other[0]} the ranks did not consume the original's batch split between them: {data.detail}"))
 
 
 def check_data(one: dumps.Record, ranks: list[dumps.Record]) -> DataCheck:

@@ -68,6 +68,7 @@ class Record:
     stop: str  # "steps" (K reached), "exit" (the script ended first)
     batchnorm: list[str]  # names of the batch-normalisation layers the trained models hold
     changes: list[str]  # what the harness did to the run ("dropout off: 2 Dropout layers")
+    child_processes: bool = False  # a process forked from the script's stepped an optimizer (not recorded)
     schema: str = SCHEMA
 
     def write(self, folder: Path) -> None:

@@ -40,8 +40,10 @@ from . import fingerprint
 ENV_OUT = "DPMIGRATE_VERIFY_OUT"
 ENV_SCRIPT = "DPMIGRATE_VERIFY_SCRIPT"
 ENV_STEPS = "DPMIGRATE_VERIFY_STEPS"
+ENV_PARENT = "DPMIGRATE_VERIFY_PARENT"  # the pid of the script's process, for the processes it starts
 BASE_SEED = 1234
 BARRIER_TIMEOUT_S = 120.0
+CHILD_MARK = "trained-in-a-child-process"
 SOURCE_PREFERENCE = ("step", "feed", "loader", "model")  # what a step consumed, best evidence first
 
 _recorder: Recorder | None = None
@@ -55,7 +57,7 @@ def seed_for(rank: int) -> int:
 class Recorder:
     """One process's record: parameters per step, inputs per step, how it stopped."""
 
-    def __init__(self, out: Path, steps: int, rank: int, world_size: int):
+    def __init__(self, out: Path, steps: int, rank: int, world_size: int, pid: int | None = None):
         self.out, self.wanted, self.rank, self.world_size = out, steps, rank, world_size
         self.folder = dumps.private_folder(dumps.rank_folder(out, rank))
         self.seed = seed_for(rank)
@@ -72,6 +74,7 @@ class Recorder:
         self.batchnorm: list[str] = []
         self.changes: dict[str, None] = {}
         self.finished = False
+        self.pid = os.getpid() if pid is None else pid  # another pid: a child of the script (records nothing)
         self._lock = threading.RLock()
 
     # --- what adapters call --------------------------------------------------------------------------
@@ -81,6 +84,8 @@ class Recorder:
         """Register an optimizer the first time it steps (later calls are cheap): ``describe()`` lists its
         parameters as ``(name, shape, owner, read)``. True if it is the one whose steps are counted (the
         first to step)."""
+        if self._in_child():
+            return False
         with self._lock:
             if not any(o is optimizer for o in self._optimizers):
                 index = len(self._optimizers)
@@ -102,7 +107,7 @@ class Recorder:
 
     def consumed(self, batch_array, source: str, stream: int = 0, dims: int = 1) -> None:
         """A batch this process consumed (NumPy array, samples along dimension 0)."""
-        if self.finished or batch_array is None:
+        if self.finished or batch_array is None or self._in_child():
             return
         try:
             rows = fingerprint.rows(batch_array, dims)
@@ -115,6 +120,8 @@ class Recorder:
     def boundary(self, completed: int, pending: bool) -> None:
         """The counted optimizer has completed ``completed`` steps. ``pending``: the inputs seen since the
         last boundary belong to the step about to be applied (a pre-step hook), else to the last one."""
+        if self._in_child():
+            return
         with self._lock:
             if self.finished:
                 return
@@ -129,6 +136,17 @@ class Recorder:
                 self.finish("steps")
         if self.finished:
             leave(self)
+
+    def _in_child(self) -> bool:
+        """A process forked from the script's (Hogwild, a DataLoader worker) records nothing; it leaves a mark
+        when it trains, so the report can say that the training happened where verify does not look."""
+        if os.getpid() == self.pid:
+            return False
+        try:
+            (self.folder / CHILD_MARK).touch()
+        except OSError:
+            pass
+        return True
 
     def take_initial_snapshot(self) -> None:
         """Parameters before any step, when an adapter can read them only at registration (TF's tracing)."""
@@ -193,7 +211,8 @@ class Recorder:
             record = dumps.Record(
                 rank=self.rank, world_size=self.world_size, framework=self.framework, parameters=self.parameters,
                 snapshots=sorted(self.snapshots), steps=last, optimizers=len(self._optimizers),
-                inputs=steps_inputs, stop=reason, batchnorm=self.batchnorm, changes=list(self.changes))
+                inputs=steps_inputs, stop=reason, batchnorm=self.batchnorm, changes=list(self.changes),
+                child_processes=(self.folder / CHILD_MARK).exists())
             record.write(self.folder)
 
 
@@ -282,11 +301,17 @@ def _role() -> tuple[int, int]:
 def activate() -> Recorder | None:
     """Called by the boot ``sitecustomize``: prepare this process if it runs the script under verification."""
     global _recorder
-    if _recorder is not None or not os.environ.get(ENV_OUT) or not _is_the_script():
+    if _recorder is not None or not os.environ.get(ENV_OUT):
         return _recorder
+    parent = os.environ.get(ENV_PARENT, "")
+    child = parent.isdigit() and int(parent) != os.getpid()  # started by the script (multiprocessing spawn)
+    if not child and not _is_the_script():
+        return None
     rank, world_size = _role()
-    recorder = Recorder(Path(os.environ[ENV_OUT]), int(os.environ.get(ENV_STEPS, "3")), rank, world_size)
+    recorder = Recorder(Path(os.environ[ENV_OUT]), int(os.environ.get(ENV_STEPS, "3")), rank, world_size,
+                        pid=int(parent) if child else None)
     _recorder = recorder
+    os.environ[ENV_PARENT] = str(recorder.pid)  # inherited by the processes the script starts
     import random
 
     random.seed(recorder.seed)
@@ -308,6 +333,7 @@ def activate() -> Recorder | None:
         "tf_keras": adapter("tensorflow", "install_keras"),
         "keras": adapter("tensorflow", "install_keras"),
     }))
-    atexit.register(recorder.finish, "exit")
+    if not child:
+        atexit.register(recorder.finish, "exit")
     return recorder
 
