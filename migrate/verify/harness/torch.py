@@ -57,7 +57,7 @@ class _Models:
         register_module_forward_hook(self._leave)
 
     def _enter(self, module, args):
-        if self.depth == 0:
+        if self.depth == 0 and next(module.parameters(), None) is not None:  # a model, not a loss module
             self.roots.add(module)
             if module.training and not self.recorder.finished:
                 from .fingerprint import first_array
@@ -74,6 +74,11 @@ class _Models:
 
     def describe(self, optimizer) -> list:
         """The optimizer's parameters in its order, named from the models that hold them."""
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        return self.describe_parameters(params, type(optimizer).__name__)
+
+    def describe_parameters(self, params: list, unnamed: str) -> list:
+        """``(name, shape, owner, read)`` of each parameter, named from the models that hold it."""
         torch = self.torch
         names, owners = {}, {}
         roots = [r for r in list(self.roots)]
@@ -90,10 +95,9 @@ class _Models:
                 prefix + name for name, module in model.named_modules()
                 if isinstance(module, torch.nn.modules.batchnorm._NormBase))
         described = []
-        params = [p for group in optimizer.param_groups for p in group["params"]]
         for j, p in enumerate(params):
             read = functools.partial(_read, p)
-            described.append((names.get(id(p), f"{type(optimizer).__name__}.param{j}"), list(p.shape),
+            described.append((names.get(id(p), f"{unnamed}.param{j}"), list(p.shape),
                               owners.get(id(p), ""), read))
         return described
 
@@ -115,6 +119,8 @@ def _count_steps(torch, recorder, models: _Models) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     done: dict[int, int] = {}
+    created = _count_optimizers(torch)
+    _count_backward_passes(torch, recorder, models, created)
 
     def before(optimizer, args, kwargs):
         if recorder.finished:
@@ -129,6 +135,80 @@ def _count_steps(torch, recorder, models: _Models) -> None:
 
     register_optimizer_step_pre_hook(before)
     register_optimizer_step_post_hook(after)
+
+
+def _count_optimizers(torch) -> list[int]:
+    """How many ``torch.optim.Optimizer`` objects were made (one counter in a list, shared by reference)."""
+    created = [0]
+    init = torch.optim.Optimizer.__init__
+
+    @functools.wraps(init)
+    def counting(self, *args, **kwargs):
+        created[0] += 1
+        return init(self, *args, **kwargs)
+
+    torch.optim.Optimizer.__init__ = counting
+    return created
+
+
+class _BackwardPasses:
+    """Steps of a script that moves its weights by hand (``w -= lr * w.grad``, an optimizer class of its own):
+    with no ``torch.optim`` optimizer made before the first ``backward()``, each backward pass is a step,
+    and the trained parameters are the leaves of the first loss's graph, in their models' order."""
+
+    def __init__(self, models: _Models):
+        self.models, self.calls, self.leaves = models, 0, None
+
+    def describe(self) -> list:
+        leaves = self.leaves or []
+        wanted = {id(t) for t in leaves}
+        ordered, seen = [], set()
+        for root in list(self.models.roots):
+            for p in _unwrapped(root).parameters():
+                if id(p) in wanted and id(p) not in seen:
+                    ordered.append(p)
+                    seen.add(id(p))
+        ordered += [t for t in leaves if id(t) not in seen]
+        return self.models.describe_parameters(ordered, "tensor")
+
+
+def _graph_leaves(tensors) -> list:
+    """The tensors a backward pass from ``tensors`` accumulates gradients into, in a fixed order."""
+    order, visited = [], set()
+    stack = [t.grad_fn for t in reversed(tensors) if getattr(t, "grad_fn", None) is not None]
+    while stack:
+        fn = stack.pop()
+        if fn in visited:
+            continue
+        visited.add(fn)
+        variable = getattr(fn, "variable", None)
+        if variable is not None:
+            order.append(variable)
+            continue
+        stack.extend(nxt for nxt, _ in reversed(fn.next_functions) if nxt is not None)
+    return order
+
+
+def _count_backward_passes(torch, recorder, models: _Models, created: list[int]) -> None:
+    original = torch.autograd.backward
+    passes = _BackwardPasses(models)
+
+    @functools.wraps(original)
+    def backward(tensors, *args, **kwargs):
+        if not recorder.finished and created[0] == 0:
+            if passes.leaves is None:
+                roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+                passes.leaves = _graph_leaves(roots)
+            if recorder.track(passes, passes.describe, lambda: passes.calls):
+                models.reset_depth()
+                recorder.boundary(passes.calls, pending=True)
+                recorder.changed("steps counted as backward passes (no torch.optim optimizer)")
+        try:
+            return original(tensors, *args, **kwargs)
+        finally:
+            passes.calls += 1
+
+    torch.autograd.backward = backward
 
 
 def _no_dropout(torch, recorder) -> None:

@@ -1,0 +1,62 @@
+"""Running ``dpmigrate verify`` from the tests: the executed fixtures of every framework are checked with it.
+
+``execute.json`` of a fixture says how (all keys optional):
+
+- ``args``: the script's arguments for both runs (after ``--batch-size 32``);
+- ``steps``: optimizer steps to compare (default :data:`DEFAULT_STEPS`, past the first epoch of most cases);
+- ``verify``: what verify must conclude when it is not "equivalent with the data split proven", with the
+  reason the fixture is exempt, e.g. ``{"verdict": "diverges", "causes": ["not-sharded"], "why": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dpmigrate.verify.cli import main
+
+DEFAULT_STEPS = 24
+
+
+def verify(tmp_path: Path, monkeypatch, script: Path, *script_args: str, against: Path | None = None,
+           steps: int = DEFAULT_STEPS, nproc: int = 2, timeout: float = 240) -> dict:
+    """Run ``dpmigrate verify`` in-process (the runs are subprocesses) from ``tmp_path``; its JSON report."""
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / "verify.json"
+    argv = [str(script), "-n", str(nproc), "--steps", str(steps), "--timeout", f"{timeout:g}", "--report", "json",
+            "--report-file", str(report)]
+    if against is not None:
+        argv += ["--against", str(against)]
+    code = main([*argv, "--", *script_args])
+    data = json.loads(report.read_text())
+    assert data["exit_code"] == code, data
+    return data
+
+
+def causes(data: dict) -> list[str]:
+    return [c["kind"] for c in (data["comparison"] or {}).get("causes", [])]
+
+
+def explain(data: dict) -> str:
+    """What a failed assertion should show: the headline, the causes, the output of a failed run."""
+    lines = [data["headline"], *(f"  {c['kind']}: {c['message']}" for c in (data["comparison"] or {}).get("causes", [])),
+             *data.get("details", [])]
+    return "\n".join(lines)
+
+
+def assert_as_expected(case: Path, data: dict) -> None:
+    """Equivalent with the split proven, or exactly the exemption ``execute.json`` declares, with its reason."""
+    spec = json.loads((case / "execute.json").read_text()).get("verify")
+    if spec is None:
+        assert data["verdict"] == "equivalent", explain(data)
+        check = data["comparison"]["data"]
+        assert check["observed"] > 0 and check["split"] == check["observed"], explain(data)
+        return
+    assert spec.get("why"), f"{case}/execute.json: an exemption says why"
+    assert data["verdict"] == spec["verdict"], explain(data)
+    assert causes(data) == spec["causes"], explain(data)
+
+
+def spec_args(case: Path) -> tuple[list[str], int]:
+    spec = json.loads((case / "execute.json").read_text())
+    return list(spec.get("args", [])), int(spec.get("steps", DEFAULT_STEPS))
