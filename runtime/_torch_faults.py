@@ -22,11 +22,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 
 import torch.distributed as dist
+
+from .atomic import atomic_write
 
 INTERVAL = 0.5
 DIAGNOSIS_WAIT = 2.0
@@ -130,15 +131,13 @@ class PeerMonitor:
 
 
 def _record_lost(rank: int, lost: list[int]) -> None:
-    """Tell ``dpmigrate launch`` which ranks this one lost (atomically: a private temporary, then a rename)."""
+    """Tell ``dpmigrate launch`` which ranks this one lost (atomically: :mod:`.atomic`)."""
     folder = os.environ.get(DIAGNOSIS_DIR_VARIABLE)
     if not folder:
         return
+    data = json.dumps({"rank": rank, "lost": lost}).encode()
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".lost-by-rank{rank}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"rank": rank, "lost": lost}, f)
-        os.replace(tmp, os.path.join(folder, f"lost-by-rank{rank}.json"))
+        atomic_write(os.path.join(folder, f"lost-by-rank{rank}.json"), lambda f: f.write(data))
     except OSError as e:  # the message below still names the lost ranks
         sys.stderr.write(f"dpmigrate: cannot tell the launcher which ranks were lost ({folder}: {e})\n")
 

@@ -18,6 +18,8 @@ import json
 import os
 from pathlib import Path
 
+from ..runtime.atomic import TMP_SUFFIX
+
 VARIABLE = "DPMIGRATE_DIAGNOSIS_DIR"  # the same name as dpmigrate.runtime._torch_faults.DIAGNOSIS_DIR_VARIABLE
 
 
@@ -41,5 +43,5 @@ def lost_ranks(folder: Path) -> dict[int, int]:
 
 def forget(folder: Path) -> None:
     """Remove what an earlier run left in ``folder`` (a reused log dir), before a new run."""
-    for stale in [*folder.glob("lost-by-rank*.json"), *folder.glob(".lost-by-rank*.tmp")]:
+    for stale in [*folder.glob("lost-by-rank*.json"), *folder.glob(f".lost-by-rank*{TMP_SUFFIX}")]:
         stale.unlink(missing_ok=True)

@@ -29,10 +29,10 @@ import resource
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from ..runtime.atomic import TMP_SUFFIX, atomic_write
 from .backend import RankExit
 from .processes import die_with_parent_hook
 
@@ -71,15 +71,9 @@ def write_status(status_dir: Path, exit_: RankExit) -> None:
 
 
 def _write_atomically(folder: Path, name: str, text: str) -> None:
-    """A private temporary file (random name, O_EXCL), then a rename: readers never see half of it."""
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, folder / name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Readers never see half of it: :func:`dpmigrate.runtime.atomic.atomic_write`, the one writer."""
+    data = text.encode()
+    atomic_write(folder / name, lambda f: f.write(data))
 
 
 def read_statuses(status_dir: Path, ranks: tuple[int, ...]) -> dict[int, RankExit]:
@@ -106,7 +100,7 @@ def read_pids(status_dir: Path, ranks: tuple[int, ...]) -> dict[int, int]:
 
 def forget_statuses(status_dir: Path) -> None:
     """Remove what an earlier run left in ``status_dir`` (a reused log dir), before a new run."""
-    for stale in [*status_dir.glob("rank*.json"), *status_dir.glob("rank*.pid"), *status_dir.glob(".rank*.tmp")]:
+    for stale in [*status_dir.glob("rank*.json"), *status_dir.glob("rank*.pid"), *status_dir.glob(f".rank*{TMP_SUFFIX}")]:
         stale.unlink(missing_ok=True)
 
 
