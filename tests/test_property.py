@@ -1,7 +1,8 @@
 """Properties of every conversion, on generated programs and on mutated fixtures.
 
-For any input: no crash (a file may be refused with a ConversionError, never a traceback from a
-rule), the output compiles when the input does, a second run changes nothing, every comment of
+For any input: no crash (a generated file may be refused with a ConversionError, never a traceback
+from a rule; a fixture, its mutations, and a generated program that converted once with a comment on
+every line, may not be refused), the output compiles when the input does, a second run changes nothing, every comment of
 the input is still in the output, and a file the rules leave alone comes back byte for byte.
 
 CI runs a bounded number of examples (``DPMIGRATE_PROPERTY_EXAMPLES``, default 60 per strategy);
@@ -45,11 +46,15 @@ def comments(source: bytes) -> Counter:
         return Counter()
 
 
-def check_properties(source: bytes, options: Options = Options()) -> None:
+def check_properties(source: bytes, options: Options = Options(), refusal_allowed: bool = True) -> bool:
+    """The properties; False when the file was refused (a ConversionError), which only ``refusal_allowed`` permits."""
     try:
         result = convert(source, "generated.py", options)
-    except ConversionError:
-        return  # refused with a reason (does not parse, cannot be reprinted exactly...): allowed
+    except ConversionError as e:
+        # refused with a reason (does not parse, cannot be reprinted exactly...): allowed for generated
+        # programs, never for a program that converted before a harmless mutation, nor for a fixture
+        assert refusal_allowed, f"refused: {e}"
+        return False
     output = result.output
     try:
         compile(source, "in.py", "exec")
@@ -64,18 +69,33 @@ def check_properties(source: bytes, options: Options = Options()) -> None:
     again = convert(output, "generated.py", options)
     assert again.output == output, "a second run changed the file"
     assert not [f for f in again.findings if f.severity == "change"]
+    return True
+
+
+def _still_converts_with_comments(source: str) -> None:
+    """A generated program that converted must still convert with a comment on every line."""
+    try:
+        mutated = comment_everywhere(source)
+        compile(mutated, "mutated.py", "exec")
+    except (SyntaxError, ValueError, tokenize.TokenError, IndentationError):
+        return  # the mutation itself is not valid Python here (a line continuation inside a string...)
+    check_properties(mutated.encode(), refusal_allowed=False)
 
 
 @SETTINGS
 @given(hypothesmith.from_grammar(auto_target=False))
 def test_generated_programs_importing_torch(program):
-    check_properties(("import torch\n" + program).encode())
+    source = "import torch\n" + program
+    if check_properties(source.encode()):
+        _still_converts_with_comments(source)
 
 
 @SETTINGS
 @given(hypothesmith.from_grammar(auto_target=False))
 def test_generated_programs_around_a_training_loop(program):
-    check_properties(("import torch\n" + program + TRAINING_TAIL).encode())
+    source = "import torch\n" + program + TRAINING_TAIL
+    if check_properties(source.encode()):
+        _still_converts_with_comments(source)
 
 
 # --- mutations of the fixtures ------------------------------------------------------------------
@@ -144,8 +164,8 @@ PAIRS = [(f, m) for f in FIXTURES for m in MUTATIONS if _valid_pair(f, m)]
 def test_mutated_fixtures_keep_the_properties(fixture, mutation):
     mutated = mutation(fixture.read_text(encoding="utf-8"))
     compile(mutated, "mutated.py", "exec")  # the mutation itself must give valid Python
-    check_properties(mutated.encode())
-    check_properties(mutated.encode(), Options(batch="global", scale_lr="linear"))
+    check_properties(mutated.encode(), refusal_allowed=False)  # every fixture converts: so must its mutations
+    check_properties(mutated.encode(), Options(batch="global", scale_lr="linear"), refusal_allowed=False)
 
 
 @SETTINGS
@@ -154,4 +174,4 @@ def test_fixtures_under_random_mutation_chains(fixture, chain):
     source = fixture.read_text(encoding="utf-8")
     for mutation in chain:
         source = mutation(source)
-    check_properties(source.encode())
+    check_properties(source.encode(), refusal_allowed=False)
