@@ -90,7 +90,12 @@ class Recorder:
             if not any(o is optimizer for o in self._optimizers):
                 index = len(self._optimizers)
                 self._optimizers.append(optimizer)
-                for j, (name, shape, owner, read) in enumerate(describe()):
+                try:
+                    described = describe()
+                except Exception as e:  # never break the script's step: the record says what went wrong
+                    self.changed(f"optimizer {index}'s parameters unreadable ({type(e).__name__}: {e})")
+                    described = []
+                for j, (name, shape, owner, read) in enumerate(described):
                     self.parameters.append(dumps.Parameter(f"o{index}.p{j}", name, list(shape), owner))
                     self._readers.append(read)
                 if self._primary is None:
