@@ -35,6 +35,7 @@ MUTATION = textwrap.dedent('''
 
 CASES = {
     "torch": (FIXTURES / "torch" / "synthetic_mnist", ["--batch-size", "32"]),
+    "paddle": (FIXTURES / "paddle" / "mlp_sgd", ["--batch-size", "32"]),
 }
 
 
