@@ -19,6 +19,7 @@ import dataclasses
 
 import libcst as cst
 
+from ...codemod.calls import argument
 from ...codemod.loaders import Loader, LoaderFlow, own_sampling
 from ...codemod.query import Query, parameter_owners
 from ...codemod.vocabulary import matches
@@ -65,14 +66,6 @@ class HighLevelCall:
     model: str
     method: str
     call: cst.Call
-
-
-def argument(call: cst.Call, position: int, keyword: str) -> cst.Arg | None:
-    """The argument given at ``position`` (positionally) or as ``keyword=``, else None."""
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    if len(positional) > position:
-        return positional[position]
-    return next((a for a in call.args if a.keyword is not None and a.keyword.value == keyword), None)
 
 
 # (method, position, keyword) of the data arguments; the first entry of each method trains for ``fit``

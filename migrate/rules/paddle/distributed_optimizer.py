@@ -5,9 +5,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod import patterns as m
+from ...codemod.calls import argument
 from ...codemod.query import optimizer_class
 from ...codemod.rule import Rule
-from ._analyses import HighLevelModels, argument, is_static
+from ._analyses import HighLevelModels, is_static
 
 
 class PaddleDistributedOptimizer(Rule):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...codemod.calls import argument
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
 from ..torch._models import Models
-from ._analyses import argument, is_fluid, is_static
+from ._analyses import is_fluid, is_static
 
 JIT_SAVE = {"paddle.jit.save", "paddle.jit.api.save"}
 

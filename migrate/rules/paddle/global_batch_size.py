@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...codemod.calls import argument
 from ...codemod.loaders import LoaderFlow
 from ..torch.global_batch_size import GlobalBatchSize
-from ._analyses import TRAINING_DATA, HighLevelModels, argument, is_static, training_loaders
+from ._analyses import TRAINING_DATA, HighLevelModels, is_static, training_loaders
 
 
 class PaddleGlobalBatchSize(GlobalBatchSize):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod import patterns as m
+from ...codemod.calls import argument
 from ...codemod.rule import Rule
-from ._analyses import argument, is_static
+from ._analyses import is_static
 
 SET_DEVICE = {"paddle.set_device", "paddle.device.set_device"}
 CUDA_PLACE = {"paddle.CUDAPlace", "paddle.base.core.CUDAPlace"}

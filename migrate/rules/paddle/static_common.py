@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from ...codemod import patterns as m
+from ...codemod.calls import argument
 from ...codemod.query import Query
 
 OPTIMIZER_PREFIXES = ("paddle.optimizer.", "paddle.fluid.optimizer.")
@@ -84,15 +85,6 @@ def executor_runs(q: Query) -> Iterator[cst.Call]:
     for call in q.findall(q.module, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("run")))):
         if call.func.value.value in executors:
             yield call
-
-
-def argument(call: cst.Call, position: int, keyword: str) -> cst.Arg | None:
-    """The argument at ``position`` (positional) or passed as ``keyword=``."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == keyword:
-            return arg
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    return positional[position] if len(positional) > position else None
 
 
 def program_kind(q: Query, program: cst.BaseExpression | None, assigned: dict[str, list[cst.Assign]]) -> str:

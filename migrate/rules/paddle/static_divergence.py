@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from ...codemod.calls import argument
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
-from .static_common import argument, executor_runs, program_kind, simple_assignments
+from .static_common import executor_runs, program_kind, simple_assignments
 
 
 class StaticRankDivergence(Rule):

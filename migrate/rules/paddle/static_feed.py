@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...codemod.calls import argument
 from ...codemod.rule import Rule
-from .static_common import argument, executor_runs, program_kind, simple_assignments
+from .static_common import executor_runs, program_kind, simple_assignments
 
 
 class StaticFeedShard(Rule):

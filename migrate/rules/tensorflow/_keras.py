@@ -40,20 +40,6 @@ def owner_name(call: cst.Call) -> str | None:
     return None
 
 
-def argument(call: cst.Call, position: int, keyword: str) -> cst.Arg | None:
-    """The argument given as ``keyword=`` or at ``position`` (positional, no star before it)."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == keyword:
-            return arg
-    positional = []
-    for arg in call.args:
-        if arg.star:
-            return None
-        if arg.keyword is None:
-            positional.append(arg)
-    return positional[position] if position < len(positional) else None
-
-
 @dataclasses.dataclass
 class Assignment:
     """``name = value`` as one statement of a block."""

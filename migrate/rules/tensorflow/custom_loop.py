@@ -5,8 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod import patterns as m
+from ...codemod.calls import argument
 from ...codemod.rule import Rule
-from ._keras import KerasFile, argument, owner_name
+from ._keras import KerasFile, owner_name
 
 _OPTIMIZER_PACKAGES = ("tensorflow.keras.optimizers", "keras.optimizers", "tf_keras.optimizers", "tensorflow.optimizers")
 _SUMMED_LOSS = {"tensorflow.reduce_sum", "tensorflow.math.reduce_sum", "tensorflow.nn.compute_average_loss"}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod import patterns as m
+from ...codemod.calls import argument
 from ...codemod.rule import Rule
-from ._keras import KerasFile, argument, owner_name
+from ._keras import KerasFile, owner_name
 
 _RUNS = ("fit", "evaluate", "predict", "fit_generator", "evaluate_generator", "predict_generator")
 _CHIEF_WRITES = {"ModelCheckpoint", "TensorBoard", "BackupAndRestore"}

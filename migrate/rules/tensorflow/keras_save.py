@@ -5,9 +5,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod import patterns as m
+from ...codemod.calls import argument
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
-from ._keras import KerasFile, argument, owner_name
+from ._keras import KerasFile, owner_name
 
 _CHECKPOINTS = {"tensorflow.train.Checkpoint", "tensorflow.compat.v2.train.Checkpoint"}
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod import patterns as m
+from ...codemod.calls import argument
 from ...codemod.rule import Rule
-from ._keras import KerasFile, argument
+from ._keras import KerasFile
 
 _SCALED = ("compiled_loss", "compute_loss")  # Keras' own losses: already divided by the global batch
 

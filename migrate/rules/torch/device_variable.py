@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...codemod.calls import argument
 from ...codemod.flow import self_attribute
 from ...codemod.rule import Rule
 from .rank_device import cpu_string, cuda_string, cuda_template
@@ -167,7 +168,7 @@ class DeviceVariable(Rule):
         calls = self._calls_of(called)
         result: list[tuple[str, cst.CSTNode]] = []
         for call in calls:
-            value = _argument(call, index, param.name.value)
+            value = _argument_value(call, index, param.name.value)
             if value is None:
                 value = param.default
             if value is None:
@@ -226,11 +227,6 @@ def _parameter(function: cst.FunctionDef, name: str) -> tuple[int, cst.Param] | 
     return None
 
 
-def _argument(call: cst.Call, index: int, name: str) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg.value
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    if 0 <= index < len(positional):
-        return positional[index].value
-    return None
+def _argument_value(call: cst.Call, index: int, name: str) -> cst.BaseExpression | None:
+    arg = argument(call, index if index >= 0 else None, name)
+    return arg.value if arg is not None else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod import patterns as m
+from ...codemod.calls import argument
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
 from ._models import Models
@@ -47,7 +48,7 @@ class DistributedSave(Rule):
                 "keep it (only that rank writes, not atomically), or call dp.save(...) on every rank without the condition",
             )
             return
-        saved_arg = _argument(node, 0, "obj")
+        saved_arg = argument(node, 0, "obj")
         saved = saved_arg.value if saved_arg is not None else None
         wrapped = set(self.ctx.analysis(Models).wrapped)
         buried = _buried_models(saved, wrapped)
@@ -75,7 +76,7 @@ class DistributedSave(Rule):
 
     def _opened_file(self, node: cst.Call):
         """``with open(path, "wb") as f: torch.save(obj, f)``: (the with statement, path), else None."""
-        file_arg = _argument(node, 1, "f")
+        file_arg = argument(node, 1, "f")
         if file_arg is None or not isinstance(file_arg.value, cst.Name):
             return None
         handle = file_arg.value.value
@@ -106,7 +107,7 @@ class DistributedSave(Rule):
 
         def rewrite(updated: cst.With) -> cst.SimpleStatementLine:
             save = updated.body.body[0].body[0].value
-            handle = _argument(save, 1, "f")
+            handle = argument(save, 1, "f")
             target = updated.items[0].item.args[0].value
             args = [a.with_changes(value=target) if a is handle else a for a in save.args]  # other arguments kept
             call = save.with_changes(func=self._dp_save(), args=_path_keyword(save.with_changes(args=args)))
@@ -174,14 +175,6 @@ def _unwrapped_note(whole: list[str]) -> str:
     names = ", ".join(f"`{name}`" for name in dict.fromkeys(whole))
     return (f"; the whole model {names} is saved unwrapped (dp.unwrap: its own class, not the DDP wrapper), "
             "once, by rank 0, so torch.load needs no process group")
-
-
-def _argument(call: cst.Call, position: int, keyword: str) -> cst.Arg | None:
-    """The argument given at ``position`` (positionally) or as ``keyword=``, else None."""
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    if len(positional) > position:
-        return positional[position]
-    return next((a for a in call.args if a.keyword is not None and a.keyword.value == keyword), None)
 
 
 def _path_keyword(call: cst.Call) -> list[cst.Arg]:
