@@ -51,6 +51,20 @@ class Query:
                     return name
         return None
 
+    def first_use(self, prefixes: tuple[str, ...]) -> cst.CSTNode | None:
+        """The first name or (outermost) attribute whose qualified name is under one of ``prefixes``: where a
+        file shows its API generation (the vocabulary's markers), for a finding to point at."""
+        if not self.index.possible(prefixes):
+            return None
+        packages = {p.split(".", 1)[0] for p in prefixes}
+        for node in self.index.of_type(self.module, cst.Attribute, cst.Name):
+            parent = self.parent(node)
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                continue  # the outermost attribute only
+            if any(matches(n, prefixes) for p in packages for n in self.index.qualified_names_under(node, p)):
+                return node
+        return None
+
     def named_under(self, node: cst.CSTNode, package: str) -> bool:
         """``node`` resolves to ``package`` or a name inside it (``"torch"``: ``torch.cuda``, ``torch``)."""
         return bool(self.index.qualified_names_under(node, package))

@@ -45,6 +45,9 @@ class Vocabulary:
     optimizer_prefix: str = ""  # optimizers are classes under this module ("torch.optim.")
     not_optimizer_prefixes: tuple[str, ...] = ()  # schedulers and base classes under it
     parameter_methods: tuple[str, ...] = ()  # ``model.parameters()``: what an optimizer is given
+    # optimizers that step through a closure (several forward/backward passes per step, a loss-based stop):
+    # a wrapped model's one reduction per backward does not fit them; the distributed optimizer averages each pass
+    closure_optimizers: frozenset[str] = frozenset()
     save_calls: frozenset[str] = frozenset()  # ``torch.save``
     image_writers: frozenset[str] = frozenset()  # sample images written by every rank otherwise
     download_prefixes: tuple[str, ...] = ()  # calls that fetch files (``torch.hub.load_state_dict_from_url``)
@@ -70,6 +73,10 @@ class Vocabulary:
             if qualified.startswith(prefix):
                 return short + qualified[len(prefix):]
         return qualified
+
+    def markers(self, generation: str) -> tuple[str, ...]:
+        """The qualified-name prefixes that make a file of ``generation``."""
+        return tuple(prefix for prefix, of in self.generations if of == generation)
 
     def generation(self, qualified: set[str]) -> str:
         for prefix, generation in self.generations:

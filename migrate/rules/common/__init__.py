@@ -1,11 +1,15 @@
 """Rules that are one idea in every framework, parametrized by the framework's vocabulary.
 
 Printing, logging and other output from the main process only, downloads on the main process
-first, ``dp.init()`` at the entry point, and the rank-divergence check. A framework's rule package
+first, ``dp.init()`` at the entry point, the rank-divergence check, and the data-flow decisions of
+frameworks whose training loops iterate loaders (evaluation loaders, dataset-wide training averages, the
+``--batch global`` batch size), which Paddle's rules narrow to its dygraph files. A framework's rule package
 lists the ones it runs, in its own order, beside its own rules.
 """
 
 from .download_main_process_first import DownloadMainProcessFirst
+from .evaluation_loader import EvaluationLoader
+from .global_batch_size import GlobalBatchSize
 from .init_runtime import InitRuntime
 from .local_stop import LocalStop
 from .main_process_logging import MainProcessLogging
@@ -13,8 +17,9 @@ from .main_process_output import MainProcessOutput
 from .main_process_print import MainProcessPrint
 from .rank_divergence import RankDivergence
 from .shared_folders import SharedFolders
+from .training_averages import TrainingAverages
 
 __all__ = [
-    "DownloadMainProcessFirst", "InitRuntime", "LocalStop", "MainProcessLogging", "MainProcessOutput", "MainProcessPrint",
-    "RankDivergence", "SharedFolders",
+    "DownloadMainProcessFirst", "EvaluationLoader", "GlobalBatchSize", "InitRuntime", "LocalStop", "MainProcessLogging",
+    "MainProcessOutput", "MainProcessPrint", "RankDivergence", "SharedFolders", "TrainingAverages",
 ]

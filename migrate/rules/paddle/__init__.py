@@ -1,13 +1,13 @@
 """PaddlePaddle: its vocabulary and its conversion rules, in the order the engine runs them.
 
 Paddle 2.x/3.x dygraph and the high-level API (``paddle.Model``) are converted by the rules of the
-``_DYGRAPH`` block, which leave static-graph and legacy ``fluid`` files (``_analyses.Generation``,
-from the vocabulary's generations) to the ``_STATIC`` block at the end of this file. Order
+``_DYGRAPH`` block (``generations = ("dygraph",)``), which leave static-graph and legacy ``fluid`` files (the
+generation detection reads off :data:`VOCABULARY`'s markers) to the ``_STATIC`` block at the end of this file. Order
 matters only for reading the converted file and the report (every rule reads the original tree):
 init -> device -> model -> optimizer -> data -> saving, printing, logging -> checks. The rules
 shared with every framework live in ``rules/common`` and read this file's :data:`VOCABULARY`; the
-data-flow decisions written for torch that hold here as well (evaluation loaders, dataset-wide
-training averages) are subclassed, limited to dygraph files.
+data-flow decisions shared with torch (evaluation loaders, dataset-wide training averages, the global
+batch size) are subclassed from there, limited to dygraph files.
 """
 
 from __future__ import annotations
@@ -55,11 +55,13 @@ _DOWNLOADING_DATASETS = (
     *(f"paddle.text.{n}" for n in ("Conll05st", "Imdb", "Imikolov", "Movielens", "UCIHousing", "WMT14", "WMT16")),
 )
 
-# what builds or runs a static graph under paddle.static (not InputSpec: dygraph scripts give it to paddle.jit.save)
+# what builds or runs a static graph under paddle.static: a file is static when it builds a program, not when it
+# names a configuration class of the static module (InputSpec, which dygraph scripts give to paddle.jit.save, and
+# BuildStrategy / ExecutionStrategy, which they give to paddle.jit.to_static)
 _STATIC_GRAPH = (
     "data", "Program", "program_guard", "Executor", "default_main_program", "default_startup_program", "nn",
-    "save", "load", "save_inference_model", "load_inference_model", "CompiledProgram", "BuildStrategy",
-    "ExecutionStrategy", "ParallelExecutor", "append_backward", "gradients", "global_scope", "scope_guard",
+    "save", "load", "save_inference_model", "load_inference_model", "CompiledProgram",
+    "ParallelExecutor", "append_backward", "gradients", "global_scope", "scope_guard",
     "cpu_places", "cuda_places", "create_global_var", "create_parameter", "Variable", "name_scope", "py_func",
     "accuracy", "auc", "set_program_state", "load_program_state", "serialize_program", "deserialize_program",
     "normalize_program", "amp", "device_guard", "ipu_shard_guard", "Print",

@@ -1,9 +1,8 @@
-"""What the Paddle dygraph rules share: which API generation the file is, and its high-level-API models.
+"""What the Paddle dygraph rules share: the file's high-level-API models. (Which rules run on a file is decided
+by its API generation, one mechanism for every framework: each rule's ``generations``.)
 
 Analyses (``ctx.analysis(Kind)``), computed once per file from the original tree:
 
-- :class:`Generation`: static-graph and fluid files belong to the static rules; the dygraph rules
-  (model, optimizer, loaders, saving) leave them to those, so no call is rewritten twice.
 - :class:`HighLevelModels`: ``paddle.Model(network)`` objects and what their methods are handed.
   Under a launcher the high-level API distributes itself (measured with Paddle 3.3.1: ``prepare``
   wraps the network in ``DataParallel``; ``fit``/``evaluate`` on a Dataset shard it with
@@ -22,41 +21,8 @@ import libcst as cst
 from ...codemod.calls import argument
 from ...codemod.loaders import Loader, LoaderFlow, own_sampling
 from ...codemod.query import Query, parameter_owners
-from ...codemod.vocabulary import matches
 
 HIGH_LEVEL_MODEL = {"paddle.Model", "paddle.hapi.Model", "paddle.hapi.model.Model"}
-
-
-class Generation:
-    """``static``: the file builds a static graph (``paddle.enable_static()``, ``paddle.static.data``,
-    ``Executor``...: the vocabulary's "static" generation, where ``paddle.static.InputSpec`` alone, the
-    signature ``paddle.jit.save`` exports a dygraph layer with, does not count); ``fluid``: it uses
-    ``paddle.fluid`` and nothing of Paddle 2's static graph (the fluid rules write Fleet code for it).
-    The dygraph rules leave static files to the static rules."""
-
-    def __init__(self, ctx) -> None:
-        index = ctx.query.index
-        generations = ctx.vocabulary.generations
-        static = tuple(prefix for prefix, generation in generations if generation == "static")
-        fluid = tuple(prefix for prefix, generation in generations if generation == "fluid")
-        self.static = False
-        uses_fluid = False
-        if index.possible([*static, *fluid]):
-            for node in index.of_type(ctx.module, cst.Attribute, cst.Name):
-                names = index.qualified_names_under(node, "paddle")
-                self.static = self.static or any(matches(n, static) for n in names)
-                uses_fluid = uses_fluid or any(matches(n, fluid) for n in names)
-        self.fluid = uses_fluid and not self.static
-
-
-def is_static(ctx) -> bool:
-    """Static graph or fluid."""
-    generation = ctx.analysis(Generation)
-    return generation.static or generation.fluid
-
-
-def is_fluid(ctx) -> bool:
-    return ctx.analysis(Generation).fluid
 
 
 @dataclasses.dataclass

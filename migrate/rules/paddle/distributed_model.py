@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ...codemod.models import Models
 from ...codemod.rule import Rule
-from ..torch._models import Models
-from ._analyses import HighLevelModels, is_static
+from ._analyses import HighLevelModels
 
 
 class PaddleDistributedModel(Rule):
@@ -25,10 +25,9 @@ class PaddleDistributedModel(Rule):
     """
 
     name = "paddle-distributed-model"
+    generations = ("dygraph",)
 
     def finish(self) -> None:
-        if is_static(self.ctx):
-            return
         high_level = self.ctx.analysis(HighLevelModels)
         for found in self.ctx.analysis(Models).sites:
             name, site = found.name, found.site

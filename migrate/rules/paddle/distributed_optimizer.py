@@ -8,7 +8,7 @@ from ...codemod import patterns as m
 from ...codemod.calls import argument
 from ...codemod.query import optimizer_class
 from ...codemod.rule import Rule
-from ._analyses import HighLevelModels, is_static
+from ._analyses import HighLevelModels
 
 
 class PaddleDistributedOptimizer(Rule):
@@ -28,10 +28,7 @@ class PaddleDistributedOptimizer(Rule):
     """
 
     name = "paddle-distributed-optimizer"
-
-    def run(self) -> None:
-        if not is_static(self.ctx):
-            super().run()
+    generations = ("dygraph",)
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = optimizer_class(self.q, node)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod.calls import argument
+from ...codemod.models import Models
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
-from ..torch._models import Models
-from ._analyses import is_fluid, is_static
 
 JIT_SAVE = {"paddle.jit.save", "paddle.jit.api.save"}
 
@@ -36,15 +35,12 @@ class PaddleDistributedSave(Rule):
     """
 
     name = "paddle-distributed-save"
-
-    def run(self) -> None:
-        if not is_fluid(self.ctx):
-            super().run()
+    generations = ("dygraph", "static")
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.q.is_call_to(node, self.vocabulary.save_calls):
             self._save(node)
-        elif self.q.is_call_to(node, JIT_SAVE) and not is_static(self.ctx):
+        elif self.q.is_call_to(node, JIT_SAVE) and self.ctx.generation == "dygraph":
             self._jit_save(node)
 
     def _guarded(self, node: cst.Call, what: str) -> bool:

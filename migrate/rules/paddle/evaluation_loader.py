@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..torch.evaluation_loader import EvaluationLoader
-from ._analyses import is_static
+from ..common.evaluation_loader import EvaluationLoader
 
 
 class PaddleEvaluationLoader(EvaluationLoader):
@@ -21,7 +20,4 @@ class PaddleEvaluationLoader(EvaluationLoader):
     """
 
     name = "paddle-evaluation-loader"
-
-    def run(self) -> None:
-        if not is_static(self.ctx):
-            super().run()
+    generations = ("dygraph",)

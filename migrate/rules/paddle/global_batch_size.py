@@ -6,8 +6,8 @@ import libcst as cst
 
 from ...codemod.calls import argument
 from ...codemod.loaders import LoaderFlow
-from ..torch.global_batch_size import GlobalBatchSize
-from ._analyses import TRAINING_DATA, HighLevelModels, is_static, training_loaders
+from ..common.global_batch_size import GlobalBatchSize
+from ._analyses import TRAINING_DATA, HighLevelModels, training_loaders
 
 
 class PaddleGlobalBatchSize(GlobalBatchSize):
@@ -29,16 +29,13 @@ class PaddleGlobalBatchSize(GlobalBatchSize):
     name = "paddle-global-batch-size"
     positional_batch_size = None  # paddle.io.DataLoader(dataset, feed_list=None, ...): never the batch size
 
-    def finish(self) -> None:
-        if self.ctx.options.batch != "global" or is_static(self.ctx):
-            return
-        for call in (loader.call for loader in training_loaders(self.ctx)):
-            sites = self._batch_sizes(call)
-            if not sites:
-                self.report(call, "declined", "--batch global: cannot find this training loader's batch size",
-                            "pass batch_size=dp.per_rank_batch_size(B) to the DataLoader, B being the global batch")
-            for node, value in sites:
-                self._per_rank(node, value)
+    generations = ("dygraph",)
+
+    def training_loader_calls(self) -> list[cst.Call]:
+        return [loader.call for loader in training_loaders(self.ctx)]
+
+    def other_batch_sizes(self) -> None:
+        """``fit`` of a ``paddle.Model`` on a Dataset: under a launcher it reads ``batch_size`` per rank."""
         loaders = {loader.name for loader in self.ctx.analysis(LoaderFlow).loaders if loader.name}
         for fit, data in self.ctx.analysis(HighLevelModels).data_arguments(TRAINING_DATA):
             if (isinstance(data.value, cst.Name) and data.value.value in loaders) or self.q.is_call_to(
@@ -50,10 +47,4 @@ class PaddleGlobalBatchSize(GlobalBatchSize):
                 self.report(fit.call, "declined", "--batch global: this fit(...) uses the default batch size of 1",
                             "pass batch_size=dp.per_rank_batch_size(B), B being the global batch")
                 continue
-            self._per_rank(size, size.value)
-
-    def _per_rank(self, node: cst.CSTNode, value: cst.BaseExpression) -> None:
-        self.ctx.plan.replace(node, lambda updated: updated.with_changes(
-            value=self.dp_call("per_rank_batch_size", updated.value)))
-        self.report(node, "change", f"--batch global: batch size {self.code(value)} -> dp.per_rank_batch_size(...), "
-                    "so the global batch stays the same")
+            self.per_rank(size, size.value)

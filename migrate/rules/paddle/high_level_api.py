@@ -6,7 +6,7 @@ import libcst as cst
 
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
-from ._analyses import HighLevelModels, is_static
+from ._analyses import HighLevelModels
 
 
 class PaddleHighLevelApi(Rule):
@@ -28,10 +28,9 @@ class PaddleHighLevelApi(Rule):
     """
 
     name = "paddle-high-level-api"
+    generations = ("dygraph",)
 
     def finish(self) -> None:
-        if is_static(self.ctx):
-            return
         high_level = self.ctx.analysis(HighLevelModels)
         for construction in high_level.constructions:
             self.report(construction, "note",

@@ -7,7 +7,6 @@ import libcst as cst
 from ...codemod import patterns as m
 from ...codemod.calls import argument
 from ...codemod.rule import Rule
-from ._analyses import is_static
 
 SET_DEVICE = {"paddle.set_device", "paddle.device.set_device"}
 CUDA_PLACE = {"paddle.CUDAPlace", "paddle.base.core.CUDAPlace"}
@@ -38,10 +37,7 @@ class PaddleRankDevice(Rule):
     """
 
     name = "paddle-rank-device"
-
-    def run(self) -> None:
-        if not is_static(self.ctx):
-            super().run()
+    generations = ("dygraph",)
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.q.is_call_to(node, SET_DEVICE):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...codemod.loaders import LoaderFlow, own_sampling
 from ...codemod.rule import Rule
-from ._analyses import EVALUATION_DATA, TRAINING_DATA, HighLevelModels, is_static
+from ._analyses import EVALUATION_DATA, TRAINING_DATA, HighLevelModels
 
 
 class PaddleShardTrainingLoader(Rule):
@@ -25,10 +25,9 @@ class PaddleShardTrainingLoader(Rule):
     """
 
     name = "paddle-shard-training-loader"
+    generations = ("dygraph",)
 
     def finish(self) -> None:
-        if is_static(self.ctx):
-            return
         high_level = self.ctx.analysis(HighLevelModels)
         for loader in self.ctx.analysis(LoaderFlow).loaders:
             fitted = loader.role == "unknown" and high_level.reads(loader, TRAINING_DATA)

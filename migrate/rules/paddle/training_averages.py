@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..torch.training_averages import TrainingAverages
-from ._analyses import is_static
+from ..common.training_averages import TrainingAverages
 
 
 class PaddleTrainingAverages(TrainingAverages):
@@ -20,7 +19,4 @@ class PaddleTrainingAverages(TrainingAverages):
     """
 
     name = "paddle-training-dataset-averages"
-
-    def run(self) -> None:
-        if not is_static(self.ctx):
-            super().run()
+    generations = ("dygraph",)

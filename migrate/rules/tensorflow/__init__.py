@@ -22,7 +22,7 @@ from ..common import (
     RankDivergence,
     SharedFolders,
 )
-from ._keras import KERAS_PACKAGES, KerasFile
+from ._keras import KERAS_PACKAGES, TF1_MARKERS
 from .custom_loop import CustomLoop
 from .keras_fit import KerasFit
 from .keras_rank_divergence import KerasRankDivergence
@@ -38,16 +38,17 @@ VOCABULARY = Vocabulary(
     display_name="TensorFlow",
     runtime_module="dpmigrate.runtime.tensorflow",
     default_generation="tf2",
-    generations=(  # most specific first
+    generations=(  # first match wins: graph-mode code first (a Session makes multi_gpu_model graph code too)
+        *((name, "tf1-graph") for name in TF1_MARKERS),
         ("tensorflow.keras.utils.multi_gpu_model", "keras-multi-gpu"),
         ("keras.utils.multi_gpu_model", "keras-multi-gpu"),
-        ("tensorflow.compat.v1", "tf1-graph"),
-        ("tensorflow.Session", "tf1-graph"),
-        ("tensorflow.placeholder", "tf1-graph"),
         ("tensorflow.GradientTape", "tf2-custom-loop"),
         ("tensorflow.keras", "tf2-keras"),
         ("keras", "tf2-keras"),
     ),
+    # TF1 graph files are left unchanged as a whole (a half-converted graph script would train N whole copies
+    # with its prints on the chief): only the rule naming the generation (Tf1Graph) and the checks run on them
+    legacy_generations=("tf1-graph",),
     distributed_prefixes=(
         "tensorflow.distribute", "tensorflow.contrib.distribute", "tensorflow.compat.v1.distribute",
         "horovod.tensorflow", "horovod.keras", "horovod.tensorflow.keras",
@@ -66,22 +67,8 @@ VOCABULARY = Vocabulary(
 )
 
 
-def _unless_tf1(rule):
-    """``rule``, doing nothing on TF1 graph files (left unchanged as a whole; see :class:`Tf1Graph`)."""
-
-    class OnTf2Only(rule):
-        __doc__ = rule.__doc__
-
-        def run(self) -> None:
-            if self.ctx.analysis(KerasFile).tf1 is None:
-                super().run()
-
-    OnTf2Only.__name__ = OnTf2Only.__qualname__ = rule.__name__
-    return OnTf2Only
-
-
 RULES = (
-    _unless_tf1(InitRuntime),
+    InitRuntime,
     Tf1Graph,
     StandaloneKeras,
     MultiGpuModel,
@@ -89,13 +76,13 @@ RULES = (
     KerasFit,
     TrainStepOverride,
     CustomLoop,
-    _unless_tf1(DownloadMainProcessFirst),
+    DownloadMainProcessFirst,
     KerasSave,
-    _unless_tf1(MainProcessPrint),
-    _unless_tf1(MainProcessLogging),
-    _unless_tf1(MainProcessOutput),
-    _unless_tf1(SharedFolders),
-    _unless_tf1(LocalStop),
+    MainProcessPrint,
+    MainProcessLogging,
+    MainProcessOutput,
+    SharedFolders,
+    LocalStop,
     RankDivergence,
     KerasRankDivergence,
 )

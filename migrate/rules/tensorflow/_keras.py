@@ -17,10 +17,16 @@ from ...codemod import patterns as m
 from ...codemod.query import Query, body_statements, target_names
 
 KERAS_PACKAGES = ("tensorflow.keras", "keras", "tf_keras", "tensorflow.python.keras")
-TF1_MARKERS = {  # names under tensorflow (or tensorflow.compat.v1) that only graph-mode code uses
+_TF1_NAMES = (  # under tensorflow (or tensorflow.compat.v1): only graph-mode code uses them
     "Session", "InteractiveSession", "placeholder", "get_variable", "variable_scope", "disable_v2_behavior",
     "disable_eager_execution", "global_variables_initializer", "train.Saver", "train.MonitoredTrainingSession",
-}
+    "contrib", *(f"train.{o}Optimizer" for o in (
+        "", "GradientDescent", "Adam", "Momentum", "RMSProp", "Adagrad", "Adadelta", "AdagradDA", "Ftrl",
+        "ProximalGradientDescent", "ProximalAdagrad", "SyncReplicas")),
+)
+# the TF1 graph generation's markers (the vocabulary's, so the report's generation is what the rules act on); a TF2
+# script that only uses tf.compat.v1.logging and the like is not graph code
+TF1_MARKERS = tuple(f"{package}.{name}" for package in ("tensorflow", "tensorflow.compat.v1") for name in _TF1_NAMES)
 MULTI_GPU_MODEL = {
     f"{p}.utils.{m}multi_gpu_model" for p in KERAS_PACKAGES for m in ("", "training_utils.", "multi_gpu_utils.")
 }
@@ -54,13 +60,11 @@ class KerasFile:
     def __init__(self, ctx) -> None:
         self.q: Query = ctx.query
         self.module = ctx.module
-        self.tf1 = self._tf1_names()
-        self.multi_gpu = [c for c in self._calls_named("multi_gpu_model") if self.is_multi_gpu_model(c)]
+        self.multi_gpu = [c for c in self.calls_named("multi_gpu_model") if self.is_multi_gpu_model(c)]
         self.compiles = [c for c in self.q.findall(self.module, method_call("compile")) if owner_name(c)]
         overrides = self.train_step_overrides()
         self.custom_steps = [c for c in self.q.findall(self.module, m.Call(func=m.Attribute(
-            attr=m.OneOf(*(m.Name(n) for n in _CUSTOM_STEP))))) if not self.tf1
-            and not any(self.q.index.contains(f, c) for f in overrides)]
+            attr=m.OneOf(*(m.Name(n) for n in _CUSTOM_STEP))))) if not any(self.q.index.contains(f, c) for f in overrides)]
         self.model_names = self._model_names()
 
     def train_step_overrides(self) -> list[cst.FunctionDef]:
@@ -86,29 +90,10 @@ class KerasFile:
     def is_multi_gpu_model(self, call: cst.Call) -> bool:
         return self.q.is_call_to(call, MULTI_GPU_MODEL)
 
-    def _calls_named(self, last: str) -> list[cst.Call]:
+    def calls_named(self, last: str) -> list[cst.Call]:
         return [c for c in self.q.index.of_type(self.module, cst.Call)
                 if (isinstance(c.func, cst.Name) and c.func.value == last)
                 or (isinstance(c.func, cst.Attribute) and c.func.attr.value == last)]
-
-    def _tf1_names(self) -> cst.CSTNode | None:
-        """The first use of a TF1 graph-mode API (a ``Session``, a ``placeholder``, ``get_variable``, a
-        ``tf.train`` optimizer...), also through ``tensorflow.compat.v1``; TF2 scripts that only use
-        ``tf.compat.v1.logging`` and the like are not graph code."""
-        if not self.q.index.possible(("tensorflow",)) or not self.q.index.possible(
-                tuple(TF1_MARKERS) + ("AdamOptimizer", "GradientDescentOptimizer", "MomentumOptimizer",
-                                      "RMSPropOptimizer", "AdagradOptimizer")):
-            return None
-        for node in self.q.index.of_type(self.module, cst.Attribute, cst.Name):
-            parent = self.q.parent(node)
-            if isinstance(parent, cst.Attribute) and parent.value is node:
-                continue  # the outermost attribute only
-            for name in self.q.index.qualified_names_under(node, "tensorflow"):
-                short = name.replace("tensorflow.compat.v1.", "tensorflow.", 1)[len("tensorflow."):]
-                if short in TF1_MARKERS or short.startswith("contrib.") or (
-                        short.startswith("train.") and short.endswith("Optimizer")):
-                    return node
-        return None
 
     # --- models -----------------------------------------------------------------------------------
 

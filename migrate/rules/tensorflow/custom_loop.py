@@ -38,7 +38,7 @@ class CustomLoop(Rule):
 
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
-        if keras.tf1 or not keras.custom_steps:
+        if not keras.custom_steps:
             return
         summed = self._summed_loss(keras)
         if summed is not None:

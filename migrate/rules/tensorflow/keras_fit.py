@@ -38,8 +38,6 @@ class KerasFit(Rule):
 
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
-        if keras.tf1:
-            return
         parallel = {keras.receiver_name(c) for c in keras.multi_gpu}
         for call in self.q.findall(self.ctx.module, m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, _RUNS))))):
             name = owner_name(call)

@@ -31,8 +31,6 @@ class KerasSave(Rule):
 
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
-        if keras.tf1:
-            return
         checkpoints = self._checkpoints(keras)
         for call in self.q.findall(self.ctx.module, m.Call(func=m.Attribute(attr=m.Name("save") | m.Name("save_weights")))):
             name = owner_name(call)

@@ -26,8 +26,6 @@ class MultiGpuModel(Rule):
 
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
-        if keras.tf1:
-            return
         for call in keras.multi_gpu:
             parallel = keras.receiver_name(call)
             template = call.args[0].value if call.args and call.args[0].keyword is None else None

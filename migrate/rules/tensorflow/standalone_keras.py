@@ -26,7 +26,7 @@ class StandaloneKeras(Rule):
 
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
-        if keras.tf1 or not keras.compiles:
+        if not keras.compiles:
             return
         for node in self.q.index.of_type(self.ctx.module, cst.Import, cst.ImportFrom):
             if isinstance(node, cst.ImportFrom):

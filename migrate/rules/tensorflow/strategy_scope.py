@@ -34,8 +34,6 @@ class StrategyScope(Rule):
 
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
-        if keras.tf1:
-            return
         ranges: dict[int, tuple[cst.CSTNode, list[list[int]]]] = {}
         builders = keras.compiling_functions()
         parallel = {keras.receiver_name(c): c for c in keras.multi_gpu if keras.receiver_name(c)}

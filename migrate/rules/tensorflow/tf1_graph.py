@@ -26,17 +26,28 @@ class Tf1Graph(Rule):
     In-graph tower loops (``for i in range(num_gpus): with tf.device('/gpu:%d' % i): ...`` with
     ``average_gradients``, or ``make_parallel`` splitting the batch with ``tf.split``) are already
     multi-GPU on one machine: reported as such, with the modern replacement.
+    ``multi_gpu_model`` in a Keras script that also builds a Session (Keras 2 on a TF1 graph) is declined as
+    such, with the way to a TF2 script that the Keras rules convert.
     Example:  for i in range(N_GPU):
                   with tf.device('/gpu:%d' % i): ...   -> reported: in-graph towers, already multi-GPU
-    Leaves alone: the whole file (every other TF rule does nothing on it); the rank-divergence check
-    still runs.
+    Leaves alone: the whole file (its generation, ``tf1-graph``, is one the other TF rules never convert); the
+    rank-divergence check still runs.
     """
 
     name = "tf-legacy-graph"
+    generations = ("tf1-graph",)
 
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
-        if keras.tf1 is None:
+        marker = self.q.first_use(self.vocabulary.markers("tf1-graph")) or self.ctx.module
+        replicated = [c for c in keras.calls_named("multi_gpu_model") if keras.is_multi_gpu_model(c)]
+        for call in replicated:
+            self.report(call, "declined", "multi_gpu_model on a TF1 graph (this Keras script builds a Session or uses "
+                        "graph-mode TF): its one-machine replication has no automatic multi-worker form here, so the "
+                        "file is left unchanged", "port the script to TF2 Keras (no Session, no tf.compat.v1 graph "
+                        "calls), keep multi_gpu_model or drop it, then run dpmigrate again: it replaces multi_gpu_model "
+                        "with the strategy scope")
+        if replicated:
             return
         towers = [loop for loop in self.q.findall(self.ctx.module, m.For()) if self._is_tower_loop(loop)]
         for loop in towers:
@@ -47,7 +58,7 @@ class Tf1Graph(Rule):
             return
         steps = [c for c in self.q.findall(self.ctx.module, m.Call(func=m.Attribute(attr=m.Name("minimize") |
                  m.Name("apply_gradients"))))]
-        where = steps[0] if steps else keras.tf1
+        where = steps[0] if steps else marker
         self.report(where, "declined", "TF1 graph training (tf.compat.v1 / Session): no correct automatic multi-worker "
                     "conversion exists for it here, so the file is left unchanged", _REPLACEMENT + " (or, staying on "
                     "TF1, Horovod: hvd.DistributedOptimizer(opt) and hvd.BroadcastGlobalVariablesHook(0))")

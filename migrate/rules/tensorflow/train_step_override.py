@@ -31,8 +31,6 @@ class TrainStepOverride(Rule):
 
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
-        if keras.tf1:
-            return
         for function in keras.train_step_overrides():
             gradient = next(iter(self.q.findall(function, m.Call(func=m.Attribute(attr=m.Name("gradient"))))), None)
             loss = argument(gradient, 0, "target") if gradient is not None else None

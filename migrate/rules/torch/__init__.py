@@ -13,6 +13,8 @@ from __future__ import annotations
 from ...codemod.vocabulary import Vocabulary
 from ..common import (
     DownloadMainProcessFirst,
+    EvaluationLoader,
+    GlobalBatchSize,
     InitRuntime,
     LocalStop,
     MainProcessLogging,
@@ -20,20 +22,18 @@ from ..common import (
     MainProcessPrint,
     RankDivergence,
     SharedFolders,
+    TrainingAverages,
 )
 from .device_variable import DeviceVariable
 from .distributed_model import DistributedModel
 from .distributed_optimizer import DistributedOptimizer
 from .distributed_save import DistributedSave
-from .evaluation_loader import EvaluationLoader
-from .global_batch_size import GlobalBatchSize
 from .manual_batching import ManualBatching
 from .rank_device import RankDevice
 from .replace_data_parallel import ReplaceDataParallel
 from .same_random_inputs import SameRandomInputs
 from .shard_training_loader import ShardTrainingLoader
 from .shared_random_data import SharedRandomData
-from .training_averages import TrainingAverages
 
 _DISTRIBUTED = "torch.distributed"
 
@@ -61,6 +61,7 @@ VOCABULARY = Vocabulary(
     optimizer_prefix="torch.optim.",
     not_optimizer_prefixes=("torch.optim.lr_scheduler", "torch.optim.swa_utils", "torch.optim.Optimizer"),
     parameter_methods=("parameters", "named_parameters"),
+    closure_optimizers=frozenset({"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"}),
     save_calls=frozenset({"torch.save"}),
     image_writers=frozenset({"torchvision.utils.save_image"}),
     download_prefixes=(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ...codemod.models import Models
 from ...codemod.rule import Rule
-from ._models import Models
 
 
 class DistributedModel(Rule):

@@ -6,9 +6,9 @@ import libcst as cst
 
 from ...codemod import patterns as m
 from ...codemod.calls import argument
+from ...codemod.models import Models
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
-from ._models import Models
 
 
 class DistributedSave(Rule):

@@ -29,7 +29,7 @@ class GlobalBatchSize(Rule):
     def finish(self) -> None:
         if self.ctx.options.batch != "global":
             return
-        for call in (loader.call for loader in self.ctx.analysis(LoaderFlow).sharded_training()):
+        for call in self.training_loader_calls():
             sites = self._batch_sizes(call)
             if not sites:
                 self.report(
@@ -37,10 +37,22 @@ class GlobalBatchSize(Rule):
                     "pass batch_size=dp.per_rank_batch_size(B) to the DataLoader, B being the global batch size",
                 )
             for node, value in sites:
-                self.ctx.plan.replace(node, lambda updated: updated.with_changes(
-                    value=self.dp_call("per_rank_batch_size", updated.value)))
-                self.report(node, "change", f"--batch global: batch size {self.code(value)} -> "
-                            "dp.per_rank_batch_size(...), so the global batch stays the same")
+                self.per_rank(node, value)
+        self.other_batch_sizes()
+
+    def training_loader_calls(self) -> list[cst.Call]:
+        """The loaders whose batch size is the global batch: the sharded training loaders."""
+        return [loader.call for loader in self.ctx.analysis(LoaderFlow).sharded_training()]
+
+    def other_batch_sizes(self) -> None:
+        """A framework's own training calls that take a batch size (Paddle's ``Model.fit``): none here."""
+
+    def per_rank(self, node: cst.CSTNode, value: cst.BaseExpression) -> None:
+        """``B`` -> ``dp.per_rank_batch_size(B)`` at ``node`` (an argument or a dict entry)."""
+        self.ctx.plan.replace(node, lambda updated: updated.with_changes(
+            value=self.dp_call("per_rank_batch_size", updated.value)))
+        self.report(node, "change", f"--batch global: batch size {self.code(value)} -> "
+                    "dp.per_rank_batch_size(...), so the global batch stays the same")
 
     def _batch_sizes(self, call: cst.Call) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
         for index, arg in enumerate(call.args):

@@ -4,8 +4,8 @@ An analysis (``ctx.analysis(Models)``): the model rule wraps what it finds, and 
 know the same names (``torch.save(model, f)`` pickles what would be the DDP wrapper) without
 depending on the model rule having run.
 
-A model is what an optimizer (``torch.optim.*``, by qualified name, or anything else handed
-``.parameters()``) takes the parameters of, or whose ``.parameters()`` a training function updates
+A model is what an optimizer (the vocabulary's optimizers, ``torch.optim.*``, by qualified name, or
+anything else handed ``.parameters()``) takes the parameters of, or whose ``.parameters()`` a training function updates
 by hand. It is ready after the last statement that assigns it or calls one of its methods, before
 the first loop or training call of the block that builds it.
 """
@@ -17,9 +17,9 @@ from typing import Literal
 
 import libcst as cst
 
-from ...codemod import patterns as m
-from ...codemod.flow import attribute_assigned_from, method, parameter_for, receiver, returned_at
-from ...codemod.query import (
+from . import patterns as m
+from .flow import attribute_assigned_from, method, parameter_for, receiver, returned_at
+from .query import (
     Query,
     attribute_held,
     body_statements,
@@ -29,10 +29,6 @@ from ...codemod.query import (
     parameter_owners,
     target_names,
 )
-
-# optimizers that step through a closure: several forward/backward passes per step, with a loss-based
-# stop; DDP's one reduction per backward does not fit them, the distributed optimizer averages each pass
-CLOSURE_OPTIMIZERS = {"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"}
 
 
 @dataclasses.dataclass
@@ -52,7 +48,7 @@ class Models:
         self.sites: list[ModelSite] = []
         done: set[tuple[int, str]] = set()
         for site, name in self._model_sites():
-            if optimizer_class(self.q, site) in CLOSURE_OPTIMIZERS:
+            if optimizer_class(self.q, site) in self.q.vocabulary.closure_optimizers:
                 found = ModelSite(site, name, "closure")
             elif attribute_held([name]):
                 found = self._attribute_site(site)
