@@ -200,3 +200,16 @@ def test_a_global_batch_n_times_larger_is_named(tmp_path):
     result = compare.compare(single, _job(tmp_path, [drifted] * N, per_device), N, 1e-5)
     assert _kinds(result) == ["global-batch"]
     assert "16 samples per step (8 + 8), the original 8" in result.causes[0].message
+
+
+def test_unequal_shares_averaged_alike_are_named(tmp_path):
+    single = _single(tmp_path, inputs=[*_original_inputs(steps=2), _samples(3, 6)])  # a last batch of 6
+    uneven = [[_samples(1, 4), _samples(2, 4), _samples(3, 4)],
+              [_samples(1, 4, start=4), _samples(2, 4, start=4), _samples(3, 2, start=4)]]
+    drifted = _trajectory()
+    drifted[3] = {k: v + 0.01 * np.arange(v.size).reshape(v.shape) for k, v in drifted[3].items()}
+    result = compare.compare(single, _job(tmp_path, [drifted] * N, uneven), N, 1e-5)
+    assert result.data.split == 3 and result.data.uneven == [(3, [4, 2])]
+    assert result.first.step == 3
+    assert _kinds(result) == ["uneven-shares"]
+    assert "(4 + 2 samples)" in result.causes[0].message

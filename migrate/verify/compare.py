@@ -11,8 +11,8 @@ the order a person would want them:
 
 When they differ, :func:`causes` names the likely reason from the evidence: ranks that disagree, the
 same inputs everywhere, an update that is a constant factor (N or 1/N) of the original's, batch
-normalisation over each rank's share, inputs that are not the original batch split, other initial
-weights. NumPy only.
+normalisation over each rank's share, unequal shares averaged with equal weights, inputs that are not
+the original batch split, other initial weights. NumPy only.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class DataCheck:
     split: int = 0  # ... of which the ranks' samples partition the original's batch
     same: list[int] = dataclasses.field(default_factory=list)  # steps at which every rank read the same samples
     other: list[int] = dataclasses.field(default_factory=list)  # steps that are neither
+    uneven: list[tuple[int, list[int]]] = dataclasses.field(default_factory=list)  # split steps with unequal shares
     source: str = ""
     sizes: tuple[int, list[int]] | None = None  # (original's samples, each rank's) at the first observed step
     detail: str = ""  # the first mismatch, in words
@@ -170,10 +171,14 @@ def _first_past(reference: dict, others: list[dict], names: dict, step: int, tol
 def _unsynchronised(disagree: Difference, ranks: list[dumps.Record], one: dumps.Record) -> Cause:
     when = ("from the start: the other ranks' initial weights are not rank 0's (never broadcast)"
             if disagree.step == 0 else f"after step {disagree.step}")
+    tensorflow = ("; TF: build and compile a fit model under dp.scope(). A custom loop stepping eagerly (no "
+                  "tf.function) computes its first gradients before dp.distributed_optimizer makes the workers' "
+                  "weights equal: seed the initialisation alike on every worker, or run the step in a tf.function"
+                  if one.framework == "tensorflow" else "")
     return Cause("unsynchronised", (
         f"the ranks' parameters disagree {when} ({disagree.parameter} by {disagree.value:.2g}): a model or optimizer "
         "is not synchronised, so each rank trains its own copy. Wrap the model with dp.distributed_model(...) and "
-        "the optimizer with dp.distributed_optimizer(...)"))
+        f"the optimizer with dp.distributed_optimizer(...){tensorflow}"))
 
 
 def _factor(before: tuple[dict, dict], after: tuple[dict, dict], world_size: int) -> Cause | None:
@@ -216,13 +221,20 @@ def _divergence_causes(first: Difference, worst: Difference, factor: Cause | Non
             "the first step): it consumed randomness differently before building the model, or loaded other weights"))]
     if factor is not None:
         causes.append(factor)
-    if one.batchnorm and factor is None:
+    shares = dict(data.uneven).get(first.step)
+    if shares is not None and factor is None:
+        causes.append(Cause("uneven-shares", (
+            f"at step {first.step} the ranks held unequal shares of the original's batch ({' + '.join(map(str, shares))} "
+            "samples) and their gradients were averaged with equal weights, so the update is not the whole batch's "
+            "(the last batch of an epoch when the data set is not a multiple of the global batch). Drop the remainder "
+            "(drop_last=True, drop_remainder=True), or weight each rank's loss by its share")))
+    if one.batchnorm and factor is None and shares is None:
         where = ", ".join(one.batchnorm[:4]) + (" ..." if len(one.batchnorm) > 4 else "")
         causes.append(Cause("batchnorm", (
             f"batch normalisation ({where}) normalises each rank's share of the batch, not the whole batch, so "
             f"every gradient after it differs (the largest difference is in {worst.parameter}). Convert with "
             "--sync-batchnorm (SyncBatchNorm) where the framework supports it, or accept the difference")))
-    if data.other and data.other[0] <= first.step and factor is None:
+    if data.other and data.other[0] <= first.step and factor is None and shares is None:
         causes.append(_data_cause(data))
     if not causes and not already:
         causes.append(Cause("unknown", (
@@ -258,6 +270,8 @@ def check_data(one: dumps.Record, ranks: list[dumps.Record]) -> DataCheck:
             check.sizes = sizes
         if verdict == "split":
             check.split += 1
+            if len(set(sizes[1])) > 1:
+                check.uneven.append((step, sizes[1]))
         elif verdict == "same" and len(ranks) > 1:
             check.same.append(step)
         else:
