@@ -1,14 +1,16 @@
 """Executed TensorFlow fixtures: converted scripts really train on 2 workers (``dpmigrate launch -n 2``).
 
-- Equivalence (issue 10, Must show 1): ``before.py --batch-size 32`` on one process against the
-  ``--batch global`` conversion on 2 workers (16 samples each per step), plain SGD, no shuffling: the
-  saved weights agree to 1e-5. For a Keras ``fit`` on NumPy, one on a ``tf.data`` pipeline, and a
-  ``GradientTape`` loop.
+- Equivalence, for every fixture with an ``execute.json``, read as the torch and Paddle tests read theirs
+  (``tests/verify_cases.py``): ``dpmigrate verify before.py -- --batch-size 32``, the original on one process
+  against the ``--batch global`` conversion on 2 workers (16 samples each per step), step by step: the same
+  weights after every step (1e-5) and the split of every batch proven (each ``train_step`` batch or dataset
+  element fingerprinted). A fixture that cannot meet this carries its exemption, and the reason, in its
+  ``execute.json``; one whose original cannot run on TF 2.21 (``multi_gpu_model``) is checked against its own
+  conversion run plainly.
 - Saving (Must show 2): the checkpointing fixture on 2 workers leaves exactly one model at the real
   path, loadable in a fresh single process, the checkpoints and logs of the chief, and no temporary
-  folder of the other worker.
-- The seed-003 script (``multi_gpu_model``, which TF 2.21 no longer has) and the scripts written the way
-  the Keras/TF tutorials write them (Must show 3 and 5) convert with zero edits and train on 2 workers.
+  folder of the other worker; the converted scripts that write an output write it once.
+- The checked-in (per-device) conversion still runs unlaunched as the original.
 
 Every run sets ``TF_USE_LEGACY_KERAS=1`` before Python starts, as ``dpmigrate launch`` does for its
 workers: Keras 3's ``fit`` cannot run under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585), and
@@ -23,7 +25,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixture_cases import FIXTURES, run
+from fixture_cases import FIXTURES
+from verify_cases import assert_as_expected, verify_fixture
 
 TIMEOUT = 300
 CASES = FIXTURES / "tensorflow"
@@ -52,10 +55,6 @@ def _launch(tmp_path, script, *args):
                     script, *args], tmp_path)
 
 
-def _converted(case: str, tmp_path: Path, name: str, **options) -> None:
-    (tmp_path / name).write_bytes(run(CASES / case, **options).output)
-
-
 def _weights(path: Path) -> dict:
     import h5py
 
@@ -78,18 +77,28 @@ def _assert_same_weights(expected_path: Path, actual_path: Path) -> None:
         assert difference <= 1e-5, f"{key}: largest difference {difference:.3g}"
 
 
+EXECUTABLE = sorted(c.parent for c in CASES.glob("*/execute.json"))
+
+
+def test_at_least_six_tensorflow_fixtures_are_executed():
+    assert len(EXECUTABLE) >= 6, [c.name for c in EXECUTABLE]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["keras_sequential_fit", "tf_data_pipeline", "custom_loop_tape"])
-def test_global_batch_conversion_on_two_workers_matches_one_process(case, tmp_path):
-    (tmp_path / "before.py").write_bytes((CASES / case / "before.py").read_bytes())
-    _converted(case, tmp_path, "after_global.py", batch="global")
+@pytest.mark.parametrize("case", EXECUTABLE, ids=lambda c: c.name)
+def test_converted_tf_fixture_on_two_workers_trains_like_the_original(case, tmp_path, monkeypatch):
+    data = verify_fixture(case, tmp_path, monkeypatch, "--batch-size", "32")
+    assert_as_expected(case, data)
+
+
+@pytest.mark.slow
+def test_the_checked_in_conversion_still_runs_unlaunched_as_the_original(tmp_path):
+    case = CASES / "keras_sequential_fit"
+    (tmp_path / "before.py").write_bytes((case / "before.py").read_bytes())
+    (tmp_path / "after.py").write_bytes((case / "after.py").read_bytes())
     _python(["before.py", "--batch-size", "32", "--weights", "a.weights.h5"], tmp_path)
-    _launch(tmp_path, "after_global.py", "--batch-size", "32", "--weights", "b.weights.h5")
-    _assert_same_weights(tmp_path / "a.weights.h5", tmp_path / "b.weights.h5")
-    if case == "keras_sequential_fit":  # the checked-in (per-device) output still runs as the original, unlaunched
-        (tmp_path / "after.py").write_bytes((CASES / case / "after.py").read_bytes())
-        _python(["after.py", "--batch-size", "32", "--weights", "c.weights.h5"], tmp_path)
-        _assert_same_weights(tmp_path / "a.weights.h5", tmp_path / "c.weights.h5")
+    _python(["after.py", "--batch-size", "32", "--weights", "c.weights.h5"], tmp_path)
+    _assert_same_weights(tmp_path / "a.weights.h5", tmp_path / "c.weights.h5")
 
 
 @pytest.mark.slow
@@ -122,7 +131,8 @@ def test_checkpoints_and_final_model_are_written_once_and_load_in_a_fresh_proces
     ("keras2_standalone_imports", ["--synthetic", "--epochs", "1"], "cifar_cnn.h5"),
     ("custom_loop_tf_function_metrics", ["--epochs", "1"], "convnet.weights.h5"),
 ])
-def test_converted_script_trains_on_two_workers_with_zero_edits(case, args, output, tmp_path):
+def test_converted_script_on_two_workers_writes_its_output_once(case, args, output, tmp_path):
+    """(That these conversions train on 2 workers as on one, with zero edits: the verify test above.)"""
     (tmp_path / "after.py").write_bytes((CASES / case / "after.py").read_bytes())
     done = _launch(tmp_path, "after.py", *args)
     assert (tmp_path / output).is_file(), done.stdout[-3000:]

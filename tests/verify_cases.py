@@ -5,7 +5,10 @@
 - ``args``: the script's arguments for both runs (after ``--batch-size 32``);
 - ``steps``: optimizer steps to compare (default :data:`DEFAULT_STEPS`, past the first epoch of most cases);
 - ``verify``: what verify must conclude when it is not "equivalent with the data split proven", with the
-  reason the fixture is exempt, e.g. ``{"verdict": "diverges", "causes": ["not-sharded"], "why": "..."}``.
+  reason the fixture is exempt, e.g. ``{"verdict": "diverges", "causes": ["not-sharded"], "why": "..."}``;
+- ``reference``: ``"converted"`` when the original cannot run here (an API the installed framework no longer
+  has): the ``--batch global`` conversion run plainly (world size 1, which behaves as the original by the
+  runtime's contract) is the reference the 2-process run is checked against.
 """
 
 from __future__ import annotations
@@ -60,3 +63,18 @@ def assert_as_expected(case: Path, data: dict) -> None:
 def spec_args(case: Path) -> tuple[list[str], int]:
     spec = json.loads((case / "execute.json").read_text())
     return list(spec.get("args", [])), int(spec.get("steps", DEFAULT_STEPS))
+
+
+def verify_fixture(case: Path, tmp_path: Path, monkeypatch, *script_args: str) -> dict:
+    """``dpmigrate verify`` of a fixture's ``before.py`` (or, with ``"reference": "converted"``, of its conversion
+    against itself run plainly), with ``execute.json``'s arguments and steps."""
+    from fixture_cases import run
+
+    extra, steps = spec_args(case)
+    spec = json.loads((case / "execute.json").read_text())
+    script = tmp_path / "train.py"
+    if spec.get("reference") == "converted":
+        script.write_bytes(run(case, batch="global").output)
+        return verify(tmp_path, monkeypatch, script, *script_args, *extra, steps=steps, against=script)
+    script.write_bytes((case / "before.py").read_bytes())
+    return verify(tmp_path, monkeypatch, script, *script_args, *extra, steps=steps)

@@ -48,6 +48,14 @@ class Vocabulary:
     # optimizers that step through a closure (several forward/backward passes per step, a loss-based stop):
     # a wrapped model's one reduction per backward does not fit them; the distributed optimizer averages each pass
     closure_optimizers: frozenset[str] = frozenset()
+    # --- randomness: what draws from the framework's global generator, what seeds it (and what seeds Python's
+    # random, NumPy and it at once), under which packages its tensor functions live, and which calls under them
+    # build objects (models, layers, datasets, loaders, optimizers) rather than data
+    random_draws: frozenset[str] = frozenset()
+    random_seeds: frozenset[str] = frozenset()
+    random_seeds_all: frozenset[str] = frozenset()
+    tensor_packages: tuple[str, ...] = ()
+    object_prefixes: tuple[str, ...] = ()
     save_calls: frozenset[str] = frozenset()  # ``torch.save``
     image_writers: frozenset[str] = frozenset()  # sample images written by every rank otherwise
     download_prefixes: tuple[str, ...] = ()  # calls that fetch files (``torch.hub.load_state_dict_from_url``)

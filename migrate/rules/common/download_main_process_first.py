@@ -32,7 +32,10 @@ class DownloadMainProcessFirst(Rule):
     Example:  dataset1 = datasets.MNIST('../data', train=True, download=True, transform=transform)
            -> with dp.main_process_first():
                   dataset1 = datasets.MNIST('../data', train=True, download=True, transform=transform)
-    Consecutive download statements share one block.
+    Consecutive download statements share one block. A download inside a choice the ranks could take
+    differently (``if not os.path.exists(f):``, ``try:``) takes the whole choice into the block; inside an
+    ``if`` that only reads names (``if args.synthetic:``), every rank takes the same branch and the download's
+    own statement is the block (so what the other branch does, e.g. draw and share random data, stays outside).
     Unsafe when: the statement is reached by only some ranks (the block is a meeting point).
     Leaves alone: downloads inside an expression that is not a whole statement of its own line
     (e.g. on the same line as an ``if``), reported.
@@ -86,11 +89,20 @@ class DownloadMainProcessFirst(Rule):
                 yield call, f"pretrained weights of {self.code(call.func)}(...)"
 
     def _in_branch(self, statement: cst.CSTNode) -> bool:
-        """Inside an ``if``/``try`` of its function: some ranks may not reach it (a file exists)."""
+        """Inside an ``if``/``try`` of its function that some ranks may not take (a file exists on one)."""
         owner = self._owner(statement)
-        if isinstance(owner, cst.If) and is_main_guard(owner):
+        if isinstance(owner, cst.If) and (is_main_guard(owner) or self._same_on_every_rank(owner)):
+            return False
+        if isinstance(owner, cst.Else) and self._same_on_every_rank(self.q.parent(owner)):
             return False
         return isinstance(owner, (cst.If, cst.Else, cst.Try, cst.ExceptHandler, cst.Finally))
+
+    def _same_on_every_rank(self, node: cst.CSTNode | None) -> bool:
+        """An ``if`` whose test reads only names and attributes (``args.synthetic``, ``not cfg.cached``): every rank
+        takes the same branch, so the download's own statement can be the block. A test that calls anything
+        (``os.path.exists``) may differ once the main process has downloaded."""
+        return (isinstance(node, cst.If) and not self.q.index.of_type(node.test, cst.Call)
+                and not isinstance(self.q.parent(node), cst.If))
 
     def _owner(self, statement: cst.CSTNode) -> cst.CSTNode | None:
         block = self.q.parent(statement)

@@ -22,6 +22,7 @@ from ..common import (
     MainProcessPrint,
     RankDivergence,
     SharedFolders,
+    SharedRandomData,
 )
 from .distributed_model import PaddleDistributedModel
 from .distributed_optimizer import PaddleDistributedOptimizer
@@ -97,6 +98,15 @@ VOCABULARY = Vocabulary(
     optimizer_prefix="paddle.optimizer.",
     not_optimizer_prefixes=("paddle.optimizer.lr", "paddle.optimizer.Optimizer", "paddle.optimizer.optimizer"),
     parameter_methods=("parameters", "named_parameters"),
+    random_draws=frozenset({
+        *(f"paddle.{n}" for n in ("randn", "rand", "randint", "randint_like", "uniform", "normal", "standard_normal",
+                                   "randperm", "bernoulli", "multinomial", "poisson")),
+        *(f"paddle.tensor.random.{n}" for n in ("randn", "rand", "randint", "uniform", "normal", "randperm")),
+    }),
+    random_seeds=frozenset({"paddle.seed", "paddle.framework.seed", "paddle.framework.random.seed"}),
+    tensor_packages=("paddle",),
+    object_prefixes=("paddle.nn", "paddle.io", "paddle.optimizer", "paddle.Model", "paddle.hapi", "paddle.vision",
+                     "paddle.text", "paddle.metric", "paddle.static"),
     save_calls=frozenset({"paddle.save", "paddle.framework.save", "paddle.framework.io.save"}),
     download_prefixes=(
         "paddle.utils.download.", "paddle.hub.load", "paddle.hub.download", *_DOWNLOADING_DATASETS,
@@ -125,6 +135,7 @@ _DYGRAPH = (
     PaddleGlobalBatchSize,
     PaddleHighLevelApi,
     DownloadMainProcessFirst,
+    SharedRandomData,
     PaddleDistributedSave,
 )
 

@@ -21,6 +21,7 @@ from ..common import (
     MainProcessPrint,
     RankDivergence,
     SharedFolders,
+    SharedRandomData,
 )
 from ._keras import KERAS_PACKAGES, TF1_MARKERS
 from .custom_loop import CustomLoop
@@ -56,6 +57,19 @@ VOCABULARY = Vocabulary(
     distributed_description="tf.distribute strategies / Horovod",
     # what trains: Keras' fit, an optimizer applying gradients (a method of any object: the owner's name decides nothing)
     backward_methods=("fit", "fit_generator", "train_on_batch", "apply_gradients", "minimize"),
+    random_draws=frozenset({
+        *(f"tensorflow.random.{n}" for n in ("normal", "uniform", "shuffle", "truncated_normal", "categorical",
+                                              "gamma", "poisson")),
+        "tensorflow.random_normal", "tensorflow.random_uniform", "tensorflow.random_shuffle",
+    }),
+    random_seeds=frozenset({"tensorflow.random.set_seed", "tensorflow.set_random_seed",
+                            "tensorflow.compat.v1.set_random_seed"}),
+    random_seeds_all=frozenset(f"{p}.utils.set_random_seed" for p in KERAS_PACKAGES),
+    tensor_packages=("tensorflow", "keras", "tf_keras"),
+    object_prefixes=(*(f"{p}.{o}" for p in KERAS_PACKAGES for o in ("layers", "models", "Model", "Sequential",
+                                                                     "optimizers", "Input", "applications",
+                                                                     "callbacks", "metrics", "losses")),
+                     "tensorflow.data", "tensorflow.Variable", "tensorflow.Module", "tensorflow.train"),
     save_calls=frozenset({"tensorflow.saved_model.save"}),
     download_prefixes=(
         *(f"{p}.utils.get_file" for p in KERAS_PACKAGES),
@@ -77,6 +91,7 @@ RULES = (
     TrainStepOverride,
     CustomLoop,
     DownloadMainProcessFirst,
+    SharedRandomData,
     KerasSave,
     MainProcessPrint,
     MainProcessLogging,

@@ -22,6 +22,7 @@ from ..common import (
     MainProcessPrint,
     RankDivergence,
     SharedFolders,
+    SharedRandomData,
     TrainingAverages,
 )
 from .device_variable import DeviceVariable
@@ -33,7 +34,6 @@ from .rank_device import RankDevice
 from .replace_data_parallel import ReplaceDataParallel
 from .same_random_inputs import SameRandomInputs
 from .shard_training_loader import ShardTrainingLoader
-from .shared_random_data import SharedRandomData
 
 _DISTRIBUTED = "torch.distributed"
 
@@ -62,6 +62,15 @@ VOCABULARY = Vocabulary(
     not_optimizer_prefixes=("torch.optim.lr_scheduler", "torch.optim.swa_utils", "torch.optim.Optimizer"),
     parameter_methods=("parameters", "named_parameters"),
     closure_optimizers=frozenset({"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"}),
+    random_draws=frozenset({"torch.randn", "torch.rand", "torch.randint", "torch.randn_like", "torch.rand_like",
+                            "torch.normal", "torch.randperm", "torch.bernoulli", "torch.multinomial"}),
+    random_seeds=frozenset({"torch.manual_seed", "torch.random.manual_seed"}),
+    random_seeds_all=frozenset({"lightning.seed_everything", "lightning.pytorch.seed_everything",
+                                "pytorch_lightning.seed_everything", "lightning.fabric.seed_everything",
+                                "transformers.set_seed", "accelerate.utils.set_seed"}),
+    tensor_packages=("torch",),
+    object_prefixes=("torch.nn", "torch.utils", "torch.optim", "torch.distributions", "torchvision.datasets",
+                     "torchvision.models"),
     save_calls=frozenset({"torch.save"}),
     image_writers=frozenset({"torchvision.utils.save_image"}),
     download_prefixes=(

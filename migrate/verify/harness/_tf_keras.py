@@ -8,7 +8,7 @@
   batch normalisation, for the report).
 - ``Model.fit`` runs with ``shuffle=False``, and the model's ``train_step`` (its own, or the override of a
   subclass) is wrapped on the instance before ``fit`` (or ``train_on_batch``) builds its train function:
-  the first numeric tensor of the batch it receives goes to the recorder through ``tf.numpy_function`` (a
+  every numeric tensor of the batch it receives (features and labels) goes to the recorder through ``tf.numpy_function`` (a
   stateful op, so it runs inside the graph at every step). Not under ``jit_compile=True``: XLA cannot run
   Python.
 - Dropout off: ``Dropout`` and the spatial dropouts, ``GaussianNoise``, ``GaussianDropout`` and
@@ -189,14 +189,14 @@ def _record_train_step(tf, recorder, model) -> None:
 
     step = model.train_step
 
-    def take(array):
-        recorder.consumed(array, "step")
+    def take(*leaves):
+        recorder.consumed(list(leaves), "step")
         return np.int32(0)
 
     def train_step(data):
         leaves = [t for t in tf.nest.flatten(data) if is_numeric(tf, t)]
         if leaves and not recorder.finished:
-            tf.numpy_function(take, [leaves[0]], tf.int32, stateful=True)
+            tf.numpy_function(take, leaves, tf.int32, stateful=True)
         return step(data)
 
     object.__setattr__(model, "train_step", train_step)

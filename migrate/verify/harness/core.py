@@ -111,7 +111,8 @@ class Recorder:
         self.changes.setdefault(what)
 
     def consumed(self, batch_array, source: str, stream: int = 0, dims: int = 1) -> None:
-        """A batch this process consumed (NumPy array, samples along dimension 0)."""
+        """A batch this process consumed: a NumPy array, or a list of them (features, labels), samples along
+        dimension 0."""
         if self.finished or batch_array is None or self._in_child():
             return
         try:

@@ -34,7 +34,7 @@ import sys
 import threading
 import weakref
 
-from .fingerprint import first_array
+from .fingerprint import arrays, first_array
 
 _DROPOUT_FUNCTIONS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _STEP_METHODS = ("step", "minimize")
@@ -278,12 +278,10 @@ class _StaticSteps:
         if isinstance(feed, dict):
             feed = list(feed.values())
         if feed:
-            array = first_array(feed, self.convert)
-            if array is None:
-                import numpy as np
+            import numpy as np
 
-                array = np.asarray(feed[0])
-            self.recorder.consumed(array, "feed")
+            found = arrays(feed, self.convert) or [np.asarray(value) for value in feed]
+            self.recorder.consumed(found, "feed")
         steps = lambda: self.runs.get(id(program), 0)  # noqa: E731
         if self.recorder.track(program, lambda: self.describe(program), steps):
             self.recorder.boundary(steps(), pending=True)
@@ -391,7 +389,7 @@ def _record_loader_batches(paddle, recorder) -> None:
         def next_batch(self):
             batch = original(self)
             if not recorder.finished:
-                recorder.consumed(first_array(batch, convert), "loader", stream=stream_of(self._dataset))
+                recorder.consumed(arrays(batch, convert), "loader", stream=stream_of(self._dataset))
             return batch
         return next_batch
 

@@ -280,7 +280,7 @@ def _record_dataset_elements(tf, recorder, steps: _Steps) -> None:
     from tensorflow.python.data.ops import dataset_ops, iterator_ops
     from tensorflow.python.eager import context
 
-    from .fingerprint import first_array
+    from .fingerprint import arrays
 
     convert = _to_numpy(tf)
     streams: dict[int, int] = {}  # id of a dataset iterated eagerly -> its stream, while it lives
@@ -303,7 +303,7 @@ def _record_dataset_elements(tf, recorder, steps: _Steps) -> None:
     original = iterator_ops.OwnedIterator._next_internal
     safe_point = _quietly("step boundary before a dataset element")(steps.safe_point)
     consumed = _quietly("recording a dataset element")(
-        lambda element, stream: recorder.consumed(first_array(element, convert), "loader", stream=stream))
+        lambda element, stream: recorder.consumed(arrays(element, convert), "loader", stream=stream))
 
     @functools.wraps(original)
     def next_element(self):

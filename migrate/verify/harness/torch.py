@@ -282,7 +282,7 @@ def _no_shuffle(torch, recorder) -> None:
 def _record_loader_batches(torch, recorder) -> None:
     from torch.utils.data import dataloader
 
-    from .fingerprint import first_array
+    from .fingerprint import arrays
 
     original = dataloader._BaseDataLoaderIter.__next__
     convert = _to_numpy(torch)
@@ -299,7 +299,7 @@ def _record_loader_batches(torch, recorder) -> None:
                 key = next(counter)
                 if _weakrefable(loader):
                     streams[loader] = key
-            recorder.consumed(first_array(batch, convert), "loader", stream=key)
+            recorder.consumed(arrays(batch, convert), "loader", stream=key)
         return batch
 
     dataloader._BaseDataLoaderIter.__next__ = next_batch
