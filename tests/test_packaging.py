@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -90,11 +92,19 @@ def test_the_torch_backend_imports_torch_only():
     assert not top & {"tensorflow", "paddle", "keras", "jax"}
 
 
-@pytest.mark.slow
-def test_the_wheel_holds_dpmigrate_runtime_and_no_top_level_runtime_or_migrate(tmp_path):
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """An sdist and the wheel built from it (as ``python -m build`` does, so the sdist must carry what the wheel
+    needs: setup.py, the bind guard's source), with this environment's setuptools."""
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
                    check=True, capture_output=True)
-    (wheel,) = tmp_path.glob("dpmigrate-*.whl")
+    return out
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_dpmigrate_runtime_and_no_top_level_runtime_or_migrate(built):
+    (wheel,) = built.glob("dpmigrate-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"dpmigrate"}
@@ -103,7 +113,37 @@ def test_the_wheel_holds_dpmigrate_runtime_and_no_top_level_runtime_or_migrate(t
                    "dpmigrate/codemod/engine.py", "dpmigrate/rules/torch/__init__.py",
                    "dpmigrate/launch/__init__.py", "dpmigrate/launch/__main__.py", "dpmigrate/launch/supervise.py",
                    "dpmigrate/launch/torch.py", "dpmigrate/launch/rank_status.py", "dpmigrate/launch/torch_store.py",
-                   "dpmigrate/launch/bind_guard.c"):  # compiled on the node for multi-node jobs
+                   "dpmigrate/launch/bind_guard.c"):  # compiled on the node where the install could not
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "dpmigrate = dpmigrate.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the bind guard is compiled on Linux only")
+def test_the_wheel_carries_the_compiled_bind_guard_for_any_python_3_of_this_platform(built):
+    (wheel,) = built.glob("dpmigrate-*.whl")
+    assert wheel.name.startswith("dpmigrate-0.1.0-py3-none-linux_"), wheel.name  # a plain .so: no Python ABI
+    info = zipfile.ZipFile(wheel).getinfo("dpmigrate/launch/_bind_guard.so")
+    assert not (info.external_attr >> 16) & 0o022  # writable by its owner only
+    (sdist,) = built.glob("dpmigrate-*.tar.gz")
+    members = tarfile.open(sdist).getnames()
+    assert {"dpmigrate-0.1.0/setup.py", "dpmigrate-0.1.0/migrate/launch/bind_guard.c"} <= set(members)
+    assert not any(m.endswith(".so") for m in members)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the bind guard is compiled on Linux only")
+def test_without_a_c_compiler_the_wheel_still_builds_without_the_bind_guard(built, tmp_path):
+    """An install where there is no compiler succeeds; the guard is then compiled when a job starts."""
+    (sdist,) = built.glob("dpmigrate-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        archive.extractall(tmp_path, filter="data")
+    done = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "out"),
+                           str(tmp_path / "dpmigrate-0.1.0")], capture_output=True, text=True,
+                          env={**os.environ, "CC": str(tmp_path / "no-such-compiler")})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "no-such-compiler" in done.stdout + done.stderr  # it was tried, and failed
+    (wheel,) = (tmp_path / "out").glob("dpmigrate-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "dpmigrate/launch/bind_guard.c" in names and "dpmigrate/launch/_bind_guard.so" not in names

@@ -9,6 +9,8 @@
  * (::ffff:a.b.c.d); an IPv6-only one, whose program binds an IPv4 twin at the same port for IPv4, to ::1,
  * so it stays off the network and does not take the twin's port. Everything else (UDP, Unix sockets, a specific address,
  * DPMIGRATE_BIND_ADDRESS unset or not an address) goes to the C library's bind() unchanged.
+ * Compiled when dpmigrate is installed (setup.py: dpmigrate/launch/_bind_guard.so), or, where that could
+ * not be done, when a multi-node job starts (bind_guard.py).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
