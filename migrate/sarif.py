@@ -5,6 +5,9 @@ Mapping: every rule is a ``reportingDescriptor`` in ``tool.driver.rules``; a fin
 change/note -> "note"), located by a path relative to the folder the run started in
 (``%SRCROOT%``, the repository root in CI) and a 1-based line and column. A file that could not
 be converted at all is reported under the rule ``not-converted``, level "error".
+
+The output is checked against the official SARIF 2.1.0 JSON schema (OASIS, errata 01) with its URI formats
+in tests/test_sarif_schema.py: code scanning rejects a whole upload over one invalid field.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def render_sarif(results: Sequence[FileResult], catalog: Sequence[tuple[str, str
         "version": "2.1.0",
         "runs": [{
             "tool": {"driver": driver},
-            "originalUriBaseIds": {"%SRCROOT%": {"uri": _as_uri(root) + "/"}},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": _as_uri(os.path.join(root, ""))}},  # a folder: ends in /
             "results": sarif_results,
             "invocations": [{"executionSuccessful": not any(r.failure for r in results)}],
             "columnKind": "unicodeCodePoints",
@@ -69,7 +72,8 @@ def render_sarif(results: Sequence[FileResult], catalog: Sequence[tuple[str, str
 def _result(rule: str, rule_index: int, level: str, text: str, path: str, line: int, col: int, root: str) -> dict:
     absolute = os.path.abspath(path)
     relative = os.path.relpath(absolute, root)
-    if relative.startswith(os.pardir):  # outside the run's folder: an absolute file URI, no base
+    # Outside the run's folder: an absolute file URI, no base. (A folder named like ..data is inside.)
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
         location = {"uri": _as_uri(absolute)}
     else:
         location = {"uri": urllib.parse.quote(relative.replace(os.sep, "/")), "uriBaseId": "%SRCROOT%"}
