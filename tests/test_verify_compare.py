@@ -213,3 +213,53 @@ def test_unequal_shares_averaged_alike_are_named(tmp_path):
     assert result.first.step == 3
     assert _kinds(result) == ["uneven-shares"]
     assert "(4 + 2 samples)" in result.causes[0].message
+
+
+def test_a_half_update_is_caught_even_when_the_weights_stay_within_the_tolerance(tmp_path):
+    small = {k: 0.01 * np.random.default_rng(0).standard_normal(v) for k, v in SHAPES.items()}
+    single = _single(tmp_path, trajectory=_trajectory(scale=5e-5, start=small))  # steps of about 5e-6 < tolerance
+    halved = _trajectory(scale=2.5e-5, start=small)
+    result = compare.compare(single, _job(tmp_path, [halved] * N, _split_inputs()), N, 1e-5)
+    assert result.first is None and result.max_difference < 1e-5  # the weights alone would pass
+    assert not result.equivalent
+    assert result.update_differs.step == 1 and abs(result.update_differs.value - 0.5) < 1e-6
+    assert _kinds(result) == ["scaled-update"]
+
+
+def test_updates_too_small_to_compare_are_said(tmp_path):
+    single = _single(tmp_path, trajectory=_trajectory(scale=1e-7))
+    result = compare.compare(single, _job(tmp_path, [_trajectory(scale=1e-7)] * N, _split_inputs()), N, 1e-5)
+    assert result.equivalent
+    assert result.notes and "too little to compare the updates" in result.notes[0]
+
+
+def test_a_second_optimizer_joining_later_is_compared_on_the_parameters_both_runs_hold(tmp_path):
+    def with_second(trajectory, start_at=2, scale=1.0):
+        out = []
+        for k, params in enumerate(trajectory):
+            params = dict(params)
+            if k >= start_at:
+                params["o1.p0"] = np.full((2,), 0.5 - 0.1 * scale * (k - start_at))
+            out.append(params)
+        return out
+
+    names = {**NAMES, "o1.p0": "head.weight"}
+    shapes = {**SHAPES, "o1.p0": (2,)}
+
+    def write(folder, trajectory, inputs, rank=0, world=1):
+        folder.mkdir(parents=True, exist_ok=True)
+        for k, params in enumerate(trajectory):
+            np.savez(dumps.snapshot_file(folder, k), **params)
+        dumps.Record(rank=rank, world_size=world, framework="torch",
+                     parameters=[dumps.Parameter(k, names[k], list(s), "Linear") for k, s in shapes.items()],
+                     snapshots=list(range(len(trajectory))), steps=len(trajectory) - 1, optimizers=2,
+                     inputs=[dumps.Inputs("loader", {"0": i}) for i in inputs], stop="steps", batchnorm=[],
+                     changes=[]).write(folder)
+
+    write(dumps.rank_folder(tmp_path / "single", 0), with_second(_trajectory()), _original_inputs())
+    for r in range(N):  # the second optimizer's update is twice the original's on 2 ranks
+        write(dumps.rank_folder(tmp_path / "job", r), with_second(_trajectory(), scale=2.0), _split_inputs()[r],
+              rank=r, world=N)
+    result = compare.compare(tmp_path / "single", tmp_path / "job", N, 1e-5)  # no KeyError
+    assert not result.equivalent
+    assert result.first.parameter == "head.weight" and result.first.step == 3

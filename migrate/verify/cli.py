@@ -127,7 +127,7 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
                         runs.environment(single_out, script, o.steps, o.framework), work / "original.log", timeout_s)
     o.original_seconds = original.seconds
     if original.returncode != 0:
-        raise CannotRun(_failed("the original", original, timeout_s), original.tail())
+        raise CannotRun(_failed("the original", original, timeout_s) + _paths_hint(original), original.tail())
     one = _record(single_out, "the original", original)
     if one.steps == 0 and one.child_processes:
         raise CannotRun("the original trains in processes it starts itself (torch.multiprocessing, Hogwild): verify "
@@ -158,6 +158,15 @@ def _record(out: Path, who: str, run: runs.Run, rank: int = 0) -> dumps.Record:
     except FileNotFoundError:
         raise CannotRun(f"{who} ran but the harness recorded nothing: it never imported torch, tensorflow or paddle "
                         "in the script's own process", run.tail()) from None
+
+
+def _paths_hint(run: runs.Run) -> str:
+    """A run that did not find a file: say where the runs work (a path above the parent folder is not linked)."""
+    text = "\n".join(run.tail())
+    if "No such file or directory" in text or "FileNotFoundError" in text:
+        return ("; it did not find a file: the runs work in scratch folders linked to this folder and its parent, so "
+                "a path further up (../../) is missing there; give it as an absolute path")
+    return ""
 
 
 def _failed(who: str, run: runs.Run, timeout_s: float) -> str:

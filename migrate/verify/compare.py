@@ -71,62 +71,123 @@ class Comparison:
     causes: list[Cause]
     original_steps: int
     converted_steps: list[int]
+    # the first step whose update (the change the step made) differs from the original's by more than
+    # UPDATE_TOLERANCE of it, while the weights may still be within the tolerance (small learning rates)
+    update_differs: Difference | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+UPDATE_TOLERANCE = 0.05  # a step's update may differ from the original's by 5 % of it (float32 noise is far below)
+UPDATE_FLOOR = 2e-5  # updates smaller than this share of the weights are too small to compare that way (float32's
+# rounding and reduction order move the weights by about 1e-7 of their size: under 1 % of an update this large)
 
 
 def compare(single: Path, job: Path, world_size: int, tolerance: float) -> Comparison:
     """``single``: the original's record folder; ``job``: the folder holding ``rank<r>`` of the conversion."""
     one = dumps.Record.read(dumps.rank_folder(single, 0))
     ranks = [dumps.Record.read(dumps.rank_folder(job, r)) for r in range(world_size)]
-    names = {p.key: p.name for p in one.parameters}
     causes: list[Cause] = []
     work = _different_work(one, ranks)
     if work:
         causes.append(Cause("different-work", work))
     common = sorted(set(one.snapshots).intersection(*(r.snapshots for r in ranks)))
-    same_shapes = [p.shape for p in one.parameters] == [p.shape for p in ranks[0].parameters]
-    first = first_worst = disagree = None
-    max_difference, differing = 0.0, 0
-    previous = None
-    factor_cause = None
-    if same_shapes and common:
+    weights = _Weights({p.key: p.name for p in one.parameters}, tolerance, world_size)
+    if common and _same_parameters(one, ranks[0]):
         for step in common:
-            original = dumps.load_snapshot(dumps.rank_folder(single, 0), step)
-            converted = [dumps.load_snapshot(dumps.rank_folder(job, r), step) for r in range(world_size)]
-            if disagree is None:
-                disagree = _first_past(converted[0], converted[1:], names, step, tolerance)
-            gaps = {key: _max_abs(converted[0][key] - original[key]) for key in original}
-            max_difference = max([max_difference, *gaps.values()])
-            if first is None:
-                past = [key for key in original if gaps[key] > tolerance]
-                if past:
-                    worst = max(past, key=gaps.get)
-                    first = Difference(step, names[past[0]], gaps[past[0]])
-                    first_worst = Difference(step, names[worst], gaps[worst])
-                    differing = len(past)
-                    if previous is not None:
-                        factor_cause = _factor(previous, (original, converted[0]), world_size)
-            previous = (original, converted[0])
+            weights.step(step, dumps.load_snapshot(dumps.rank_folder(single, 0), step),
+                         [dumps.load_snapshot(dumps.rank_folder(job, r), step) for r in range(world_size)])
     data = check_data(one, ranks)
-    if disagree is not None:
-        causes.append(_unsynchronised(disagree, ranks, one))
+    if weights.disagree is not None:
+        causes.append(_unsynchronised(weights.disagree, ranks, one))
     if data.same:
         causes.append(Cause("not-sharded", (
             f"every rank consumed the same {data.sizes[1][0] if data.sizes else ''} samples at step {data.same[0]}"
             f"{' (and ' + str(len(data.same) - 1) + ' more steps)' if len(data.same) > 1 else ''}: the data is not "
-            "sharded, so the ranks repeat each other's work (even where the weights match). Pass the training "
-            "loader through dp.distributed_loader(...) (or the dataset through dp.shard)")))
+            "split between the ranks, so they repeat each other's work (even where the weights match): a loader not "
+            "passed through dp.distributed_loader(...), data used whole (full batch, batches cut by hand: dp.shard), or "
+            "a dataset drawing its samples from a generator seeded alike on every rank (derive them from the index)")))
+    first = weights.first or weights.update_differs
     if first is None and data.other:
         causes.append(_data_cause(data))
     if first is not None:
-        causes.extend(_divergence_causes(first, first_worst, factor_cause, one, data, world_size,
+        causes.extend(_divergence_causes(first, weights.worst or first, weights.factor, one, data, world_size,
                                          already=bool(causes)))
-    equivalent = (first is None and disagree is None and not data.same and not data.other and not work
+    equivalent = (first is None and weights.disagree is None and not data.same and not data.other and not work
                   and bool(common) and one.steps > 0)
     return Comparison(
-        equivalent=equivalent, steps=max(common, default=0), max_difference=max_difference, first=first,
-        differing=differing, parameters=len(one.parameters),
-        values=sum(_size(p.shape) for p in one.parameters), ranks_disagree=disagree, data=data, causes=causes,
-        original_steps=one.steps, converted_steps=[r.steps for r in ranks])
+        equivalent=equivalent, steps=max(common, default=0), max_difference=weights.max_difference,
+        first=weights.first, differing=weights.differing, parameters=len(one.parameters),
+        values=sum(_size(p.shape) for p in one.parameters), ranks_disagree=weights.disagree, data=data, causes=causes,
+        original_steps=one.steps, converted_steps=[r.steps for r in ranks], update_differs=weights.update_differs,
+        notes=weights.notes())
+
+
+def _same_parameters(one: dumps.Record, other: dumps.Record) -> bool:
+    return [(p.key, p.shape) for p in one.parameters] == [(p.key, p.shape) for p in other.parameters]
+
+
+class _Weights:
+    """The step-by-step comparison of the parameters: rank 0 against the original, the ranks against each other,
+    and each step's update against the original's. Snapshots of one step hold the parameters of the optimizers
+    that had stepped by then (a second optimizer joins later): only the keys both sides hold are compared, and a
+    key one side lacks is different work (said by :func:`_different_work`)."""
+
+    def __init__(self, names: dict[str, str], tolerance: float, world_size: int) -> None:
+        self.names, self.tolerance, self.world_size = names, tolerance, world_size
+        self.first = self.worst = self.disagree = self.update_differs = None
+        self.factor: Cause | None = None
+        self.max_difference, self.differing = 0.0, 0
+        self.previous: tuple[dict, dict] | None = None
+        self.small_updates = 0
+
+    def step(self, step: int, original: dict, converted: list[dict]) -> None:
+        keys = [k for k in original if all(k in c for c in converted)]
+        if self.disagree is None:
+            self.disagree = _first_past({k: converted[0][k] for k in keys}, converted[1:], self.names, step,
+                                        self.tolerance)
+        gaps = {k: _max_abs(converted[0][k] - original[k]) for k in keys}
+        self.max_difference = max([self.max_difference, *gaps.values()])
+        if self.first is None:
+            past = [k for k in keys if gaps[k] > self.tolerance]
+            if past:
+                worst = max(past, key=gaps.get)
+                self.first = Difference(step, self.names.get(past[0], past[0]), gaps[past[0]])
+                self.worst = Difference(step, self.names.get(worst, worst), gaps[worst])
+                self.differing = len(past)
+                if self.previous is not None and self.update_differs is None:
+                    self.factor = _factor(self.previous, (original, converted[0]), self.world_size)
+        if self.previous is not None and self.first is None and self.update_differs is None:
+            self._check_update(step, original, converted[0])
+        self.previous = (original, converted[0])
+
+    def _check_update(self, step: int, original: dict, converted: dict) -> None:
+        import numpy as np
+
+        before_original, before_converted = self.previous
+        keys = [k for k in original if k in converted and k in before_original and k in before_converted]
+        if not keys:
+            return
+        mine = np.concatenate([(original[k] - before_original[k]).ravel() for k in keys])
+        theirs = np.concatenate([(converted[k] - before_converted[k]).ravel() for k in keys])
+        size = float(np.linalg.norm(mine))
+        scale = float(np.linalg.norm(np.concatenate([original[k].ravel() for k in keys])))
+        if size <= UPDATE_FLOOR * scale:
+            self.small_updates += 1
+            return
+        relative = float(np.linalg.norm(theirs - mine)) / size
+        if relative > UPDATE_TOLERANCE:
+            share = {k: float(np.linalg.norm((converted[k] - before_converted[k]) - (original[k] - before_original[k])))
+                     for k in keys}
+            worst = max(share, key=share.get)
+            self.update_differs = Difference(step, self.names.get(worst, worst), relative)
+            self.factor = _factor(self.previous, (original, converted), self.world_size)
+
+    def notes(self) -> list[str]:
+        if self.small_updates:
+            return [f"{self.small_updates} step(s) moved the weights by less than {UPDATE_FLOOR:g} of their size: too "
+                    "little to compare the updates themselves, only the weights (raise the learning rate for verify "
+                    "to check a loss or learning-rate factor)"]
+        return []
 
 
 def _size(shape) -> int:
@@ -147,8 +208,8 @@ def _different_work(one: dumps.Record, ranks: list[dumps.Record]) -> str:
         return ""  # said by the caller: no optimizer step in the original
     if not ranks[0].parameters:
         return "the converted script made no optimizer step"
-    shapes = [tuple(p.shape) for p in one.parameters]
-    theirs = [tuple(p.shape) for p in ranks[0].parameters]
+    shapes = [(p.key, tuple(p.shape)) for p in one.parameters]
+    theirs = [(p.key, tuple(p.shape)) for p in ranks[0].parameters]
     if shapes != theirs:
         return (f"the original trains {len(shapes)} parameters with {one.optimizers} optimizer(s), the converted "
                 f"script {len(theirs)} with {ranks[0].optimizers}: it trains something else")
@@ -185,7 +246,7 @@ def _factor(before: tuple[dict, dict], after: tuple[dict, dict], world_size: int
     """The converted update at the first divergent step as a multiple of the original's, if it is one."""
     import numpy as np
 
-    keys = list(after[0])
+    keys = [k for k in after[0] if k in after[1] and k in before[0] and k in before[1]]
     original = np.concatenate([(after[0][k] - before[0][k]).ravel() for k in keys]) if keys else np.zeros(0)
     converted = np.concatenate([(after[1][k] - before[1][k]).ravel() for k in keys]) if keys else np.zeros(0)
     norm = float(original @ original)
@@ -232,8 +293,9 @@ def _divergence_causes(first: Difference, worst: Difference, factor: Cause | Non
         where = ", ".join(one.batchnorm[:4]) + (" ..." if len(one.batchnorm) > 4 else "")
         causes.append(Cause("batchnorm", (
             f"batch normalisation ({where}) normalises each rank's share of the batch, not the whole batch, so "
-            f"every gradient after it differs (the largest difference is in {worst.parameter}). Convert with "
-            "--sync-batchnorm (SyncBatchNorm) where the framework supports it, or accept the difference")))
+            f"every gradient after it differs (the largest difference is in {worst.parameter}). Synchronise them "
+            "(torch.nn.SyncBatchNorm.convert_sync_batchnorm, paddle.nn.SyncBatchNorm.convert_sync_batchnorm, "
+            "BatchNormalization(synchronized=True)) where your devices support it, or accept the difference")))
     if data.other and data.other[0] <= first.step and factor is None and shares is None:
         causes.append(_data_cause(data))
     if not causes and not already:

@@ -54,6 +54,8 @@ def render_text(o: Outcome) -> str:
         lines.append(f"  data:       {_data_line(c)}")
     if o.harness:
         lines.append(f"  harness:    {'; '.join(o.harness)}")
+    for note in c.notes if c else ():
+        lines.append(f"  note:       {note}")
     lines.append(o.headline)
     if c:
         for cause in c.causes:
@@ -86,6 +88,11 @@ def headline(c: Comparison, tolerance: float) -> str:
     if c.first is not None:
         return (f"diverges after step {c.first.step}: {c.first.parameter} differs by {c.first.value:.2g} (tolerance "
                 f"{tolerance:.0e}); {c.differing} of {c.parameters} parameters differ")
+    if c.update_differs is not None:
+        u = c.update_differs
+        return (f"diverges at step {u.step}: its update differs from the original's by {u.value:.0%} (most in "
+                f"{u.parameter}), although the weights stay within the tolerance (max |dw| {c.max_difference:.1e}): "
+                "the steps are small, the difference is not")
     if c.ranks_disagree is not None:
         return f"diverges: the ranks disagree after step {c.ranks_disagree.step} although rank 0 matches the original"
     if c.data.same:

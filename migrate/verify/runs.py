@@ -3,7 +3,8 @@
 Both run under the harness (:mod:`dpmigrate.verify.harness`), each in a private scratch folder of its own
 as working directory, so neither sees the other's outputs (a checkpoint the first run wrote is not
 resumed by the second) and none of the user's folders gets new files. The scratch folder links to every
-entry of the folder ``dpmigrate verify`` was started in, so relative paths to data keep working.
+entry of the folder ``dpmigrate verify`` was started in, and sits in one that links to every entry of that
+folder's parent, so relative paths to data keep working (``data/``, ``../data/``).
 
 - the original: ``python SCRIPT ARGS``, where the script is, with no launcher in its environment;
 - the conversion: ``python -m dpmigrate.launch -n N CONVERTED ARGS`` (the real launcher of its framework).
@@ -65,9 +66,18 @@ def environment(out: Path, script: Path, steps: int, framework: str) -> dict[str
 
 
 def scratch_folder(work: Path, name: str, like: Path) -> Path:
-    """A private working directory whose entries link to those of ``like`` (the user's current folder)."""
-    folder = work / name
+    """A private working directory whose entries link to those of ``like`` (the user's current folder), inside a
+    private folder whose entries link to those of ``like``'s parent: ``data/x.csv`` and ``../data/x.csv`` both
+    resolve as they do from ``like``, while new files land in the scratch folders."""
+    root = work / name
+    root.mkdir(mode=0o700)
+    like = like.resolve()
+    if like.parent == like:  # the file system's root: no parent to mirror
+        _link_entries(like, root, skip=set())
+        return root
+    folder = root / like.name
     folder.mkdir(mode=0o700)
+    _link_entries(like.parent, root, skip={like.name})
     _link_entries(like, folder, skip=set())
     return folder
 

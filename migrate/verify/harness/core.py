@@ -12,7 +12,7 @@ launcher. The scripts themselves are not edited. It then:
 - lets one adapter per framework (:mod:`.torch`, :mod:`.paddle`, :mod:`.tensorflow`) turn dropout and
   shuffling off, count optimizer steps at the framework level (an optimizer the conversion forgot to
   wrap is still seen) and report what each step consumed;
-- after ``K`` steps of the first optimizer that stepped, writes every trained parameter as it was after
+- after ``K`` optimizer steps (of every optimizer together), writes every trained parameter as it was after
   each step and the per-sample fingerprints of the inputs (:mod:`dpmigrate.verify.dumps`), and ends the
   process (the ranks of a job meet first, through files, so none dies in a peer's collective); a script
   that ends before ``K`` steps is recorded at exit.
@@ -65,8 +65,7 @@ class Recorder:
         self.parameters: list[dumps.Parameter] = []
         self._readers: list[Callable[[], object]] = []
         self._optimizers: list[object] = []  # kept alive: their ids must stay theirs
-        self._primary: object | None = None
-        self._steps_done: Callable[[], int] = lambda: 0
+        self._steps_done: list[Callable[[], int]] = []  # each tracked optimizer's completed steps
         self.snapshots: list[int] = []
         self.completed = 0
         self._pending: list[tuple[str, int, dict[str, list[str]]]] = []
@@ -82,8 +81,9 @@ class Recorder:
     def track(self, optimizer, describe: Callable[[], list[tuple[str, list[int], str, Callable[[], object]]]],
               steps_done: Callable[[], int]) -> bool:
         """Register an optimizer the first time it steps (later calls are cheap): ``describe()`` lists its
-        parameters as ``(name, shape, owner, read)``. True if it is the one whose steps are counted (the
-        first to step)."""
+        parameters as ``(name, shape, owner, read)``; ``steps_done()`` its completed steps. Every optimizer
+        counts: ``K`` steps are K steps of any of them (a GAN's two, a second training phase's), and the
+        parameters of one that starts later join the snapshots from then on. False in a child process."""
         if self._in_child():
             return False
         with self._lock:
@@ -98,9 +98,12 @@ class Recorder:
                 for j, (name, shape, owner, read) in enumerate(described):
                     self.parameters.append(dumps.Parameter(f"o{index}.p{j}", name, list(shape), owner))
                     self._readers.append(read)
-                if self._primary is None:
-                    self._primary, self._steps_done = optimizer, steps_done
-            return self._primary is optimizer
+                self._steps_done.append(steps_done)
+            return True
+
+    def steps_total(self) -> int:
+        """Steps completed by every tracked optimizer together."""
+        return sum(int(done()) for done in self._steps_done)
 
     def note_batchnorm(self, names) -> None:
         for name in names:
@@ -124,8 +127,8 @@ class Recorder:
                 self._pending.append((source, stream, rows))
 
     def boundary(self, completed: int, pending: bool) -> None:
-        """The counted optimizer has completed ``completed`` steps. ``pending``: the inputs seen since the
-        last boundary belong to the step about to be applied (a pre-step hook), else to the last one."""
+        """The optimizers have completed ``completed`` steps together (:meth:`steps_total`). ``pending``: the inputs
+        seen since the last boundary belong to the step about to be applied (a pre-step hook), else to the last one."""
         if self._in_child():
             return
         with self._lock:
@@ -200,9 +203,9 @@ class Recorder:
         with self._lock:
             if self.finished:
                 return
-            if reason == "exit" and self._primary is not None:
+            if reason == "exit" and self._optimizers:
                 try:
-                    done = int(self._steps_done())
+                    done = self.steps_total()
                 except Exception:
                     done = self.completed
                 if done not in self.snapshots:

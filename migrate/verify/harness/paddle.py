@@ -196,7 +196,7 @@ def _count_dygraph_steps(paddle, recorder, layers: _Layers, guard: _Guard) -> No
             try:
                 steps = lambda: done.get(id(optimizer), 0)  # noqa: E731
                 if recorder.track(optimizer, lambda: layers.describe(optimizer), steps):
-                    recorder.boundary(steps(), pending=True)
+                    recorder.boundary(recorder.steps_total(), pending=True)
                 result = original(optimizer, *args, **kwargs)
                 done[id(optimizer)] = steps() + 1
                 return result
@@ -284,7 +284,7 @@ class _StaticSteps:
             self.recorder.consumed(found, "feed")
         steps = lambda: self.runs.get(id(program), 0)  # noqa: E731
         if self.recorder.track(program, lambda: self.describe(program), steps):
-            self.recorder.boundary(steps(), pending=True)
+            self.recorder.boundary(self.recorder.steps_total(), pending=True)
 
     def describe(self, program) -> list:
         described = []

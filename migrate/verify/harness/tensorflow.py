@@ -190,13 +190,11 @@ class _Steps:
             return
         if id(optimizer) not in self.start:  # a tracked optimizer stays alive: its id stays its own
             self.start[id(optimizer)] = self.iterations(optimizer)
-        counted = recorder.track(optimizer, lambda: self.describe(optimizer, variables),
-                                 lambda: self.done(optimizer))
-        if not counted:
+        if not recorder.track(optimizer, lambda: self.describe(optimizer, variables), lambda: self.done(optimizer)):
             return
-        self.primary = optimizer
+        self.primary = optimizer  # (some optimizer stepped: boundaries from now on)
         if self.tf.executing_eagerly():
-            self.seen = self.done(optimizer)
+            self.seen = recorder.steps_total()
             recorder.boundary(self.seen, pending=True)
         else:
             self.first_gradient.clear()  # a graph's variables are read as they are when it is traced
@@ -208,7 +206,7 @@ class _Steps:
         """Between steps (after a graph call, before a dataset element): a boundary if the count moved."""
         if self.primary is None or self.recorder.finished:
             return
-        done = self.done(self.primary)
+        done = self.recorder.steps_total()
         if done != self.seen:
             self.seen = done
             self.recorder.boundary(done, pending=False)

@@ -2,8 +2,8 @@
 
 - Seeds torch's generator (:func:`dpmigrate.verify.harness.core.seed_for`).
 - Counts steps with torch's global optimizer step hooks, so any ``torch.optim.Optimizer`` is seen, wrapped
-  by the conversion or not; the first one to step is counted, and a snapshot is taken before each of its
-  steps (the pre-hook of step ``K + 1`` ends the run).
+  by the conversion or not; every step counts, and a snapshot is taken before each (the pre-hook of step
+  ``K + 1`` ends the run).
 - Dropout off: every ``nn.Dropout``-like module, RNN and attention module gets ``p = 0`` as it is called
   (a global forward pre-hook), and the functional forms ignore their probability.
 - Shuffling off: ``RandomSampler`` yields indices in order and ``DistributedSampler`` is built without
@@ -125,10 +125,9 @@ def _count_steps(torch, recorder, models: _Models) -> None:
     def before(optimizer, args, kwargs):
         if recorder.finished:
             return
-        counted = recorder.track(optimizer, lambda: models.describe(optimizer), lambda: done.get(id(optimizer), 0))
-        if counted:
+        if recorder.track(optimizer, lambda: models.describe(optimizer), lambda: done.get(id(optimizer), 0)):
             models.reset_depth()
-            recorder.boundary(done.get(id(optimizer), 0), pending=True)
+            recorder.boundary(recorder.steps_total(), pending=True)
 
     def after(optimizer, args, kwargs):
         done[id(optimizer)] = done.get(id(optimizer), 0) + 1
@@ -201,7 +200,7 @@ def _count_backward_passes(torch, recorder, models: _Models, created: list[int])
                 passes.leaves = _graph_leaves(roots)
             if recorder.track(passes, passes.describe, lambda: passes.calls):
                 models.reset_depth()
-                recorder.boundary(passes.calls, pending=True)
+                recorder.boundary(recorder.steps_total(), pending=True)
                 recorder.changed("steps counted as backward passes (no torch.optim optimizer)")
         try:
             return original(tensors, *args, **kwargs)
