@@ -16,6 +16,7 @@ why; the rules that only check (rank-divergent code) still run on such files of 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import gc
 import itertools
 import sys
@@ -25,6 +26,7 @@ from libcst.metadata import MetadataWrapper
 
 from ..findings import Conversion, ConversionError, Finding, Options
 from ..frameworks import REGISTRY, may_use_a_framework
+from . import selfcheck
 from .detect import Detection, detect
 from .imports import add_import
 from .index import TreeIndex
@@ -77,12 +79,16 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
     if rule_set is not None and rule_set.RULES:
         query = Query(wrapper, rule_set.VOCABULARY, index)
         ctx = Context(wrapper, path, options, query, alias=_free_alias(query), generation=detection.generation)
-        _run_rules(ctx, _chosen(rule_set.RULES, options), convert=convertible)
-        findings.extend(ctx.findings)
+        chosen = _chosen(rule_set.RULES, options)
+        _run_rules(ctx, chosen, convert=convertible)
         if convertible:
-            output = _emit(ctx, source, path)
+            output, ctx = _emit_without_divergence(ctx, source, path, chosen)
+            if all(r in chosen for r in rule_set.RULES if r.about_training):  # (a rule the user turned off: theirs)
+                silent = {r.name for r in chosen if not r.about_training}
+                ctx.findings.extend(selfcheck.uncovered(ctx, [f for f in ctx.findings if f.rule not in silent]))
             if rule_set.VOCABULARY.data_loaders and options.local_modules:  # what it trains on that its modules build
                 imported_training = tuple(ctx.analysis(LoaderFlow).imported_training_returns(options.local_modules))
+        findings.extend(_once(ctx.findings))
     findings.sort(key=lambda f: (f.line, f.col))
     left_alone = detection.reason if detection.status in _LEFT_ALONE else None
     return Conversion(
@@ -174,7 +180,44 @@ def _run_rules(ctx: Context, rules: list[type[Rule]], *, convert: bool) -> None:
             ) from exc
 
 
-def _emit(ctx: Context, source: bytes, path: str) -> bytes:
+def _once(findings: list[Finding]) -> list[Finding]:
+    """Each finding once (two rules, or one rule twice, may say the same thing of the same site)."""
+    return list(dict.fromkeys(findings))
+
+
+def _emit_without_divergence(ctx: Context, source: bytes, path: str, rules: list[type[Rule]]) -> tuple[bytes, Context]:
+    """The converted bytes, checked: a collective the conversion put where only some ranks run it (the engine's
+    self-check, :mod:`.selfcheck`) is a bug of the rules, never emitted. The rules are run again without one of
+    those that changed the file, the latest first, until the output is clean; that rule's changes are reported as
+    declined, with the divergence they would have made. If none helps, the file is left unchanged."""
+    output, new = _emit(ctx, source, path)
+    problems = selfcheck.divergent_sites(new, ctx.module, ctx.alias) if new is not None else []
+    if not problems:
+        return output, ctx
+    changed = [r for r in reversed(rules) if any(f.rule == r.name and f.severity == "change" for f in ctx.findings)]
+    for culprit in changed:
+        retry = ctx.fresh()
+        _run_rules(retry, [r for r in rules if r is not culprit], convert=True)
+        retried, new = _emit(retry, source, path)
+        if new is None or not selfcheck.divergent_sites(new, retry.module, retry.alias):
+            retry.findings.extend(_declined_by_self_check(ctx.findings, culprit.name, problems[0]))
+            return retried, retry
+    ctx.findings[:] = [*(f for f in ctx.findings if f.severity != "change"),
+                       *_declined_by_self_check(ctx.findings, None, problems[0])]
+    return source, ctx
+
+
+def _declined_by_self_check(findings: list[Finding], rule: str | None, problem: str) -> list[Finding]:
+    """The changes of ``rule`` (every change when None), now declined, saying what they would have made."""
+    return [dataclasses.replace(
+        f, severity="declined", rule=selfcheck.SELF_CHECK_RULE,
+        message=f"not converted ({f.rule}: {f.message}): with it the converted file would run {problem}, which only "
+                "some ranks reach, and the job would hang (the engine's self-check)",
+        fix="convert this site by hand so that every rank reaches every collective, and please report the file")
+        for f in findings if f.severity == "change" and (rule is None or f.rule == rule)]
+
+
+def _emit(ctx: Context, source: bytes, path: str) -> tuple[bytes, libcst.Module | None]:
     """The converted bytes: the original ones when nothing changed, never a silent change elsewhere.
 
     Outside the edited statements every byte comes out as it came in, because libcst prints an
@@ -185,7 +228,7 @@ def _emit(ctx: Context, source: bytes, path: str) -> bytes:
     """
     new = apply(ctx.module, ctx.plan, ctx.query.index)
     if new is ctx.module:
-        return source
+        return source, None
     printed = ctx.printed
     if printed.code.encode(ctx.module.encoding) != source:
         raise ConversionError(path, "libcst cannot reprint this file byte for byte, so converting it could change "
@@ -198,7 +241,7 @@ def _emit(ctx: Context, source: bytes, path: str) -> bytes:
         ast.parse(output, path)
     except SyntaxError as exc:
         raise ConversionError(path, f"the converted file would not parse ({exc.msg}); left unchanged") from exc
-    return output
+    return output, new
 
 
 def _free_alias(query: Query) -> str:

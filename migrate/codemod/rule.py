@@ -64,6 +64,10 @@ class Context:
             self._positions = Positions(self.wrapper, self.query.index, self.printed)
         return self._positions
 
+    def fresh(self) -> Context:
+        """The same file, options and analyses (they read only the original tree), with no edits or findings yet."""
+        return dataclasses.replace(self, plan=Plan(), findings=[])
+
     def analysis(self, kind: type[AnalysisT]) -> AnalysisT:
         """The file's one instance of an analysis class (built from the context on first use)."""
         if kind not in self._analyses:
@@ -88,6 +92,9 @@ class Rule(cst.CSTVisitor):
     # The API generations the rule converts; None: every one the runtime serves (not the vocabulary's
     # legacy_generations, whose files only rules naming them convert; rules that only check run on all)
     generations: ClassVar[tuple[str, ...] | None] = None
+    # False for rules whose findings say nothing about how training is distributed (dp.init's placement, printing,
+    # files written once, shared random draws): the engine's coverage check does not count them (:mod:`.selfcheck`)
+    about_training: ClassVar[bool] = True
 
     @classmethod
     def applies_to(cls, generation: str | None, vocabulary: Vocabulary) -> bool:

@@ -42,6 +42,7 @@ class DownloadMainProcessFirst(Rule):
     """
 
     name = "download-main-process-first"
+    about_training = False
 
     def finish(self) -> None:
         statements = []

@@ -21,6 +21,7 @@ class InitRuntime(Rule):
     """
 
     name = "init-runtime"
+    about_training = False
 
     def finish(self) -> None:
         entry = self.ctx.analysis(EntryPoint)

@@ -25,6 +25,7 @@ class MainProcessLogging(Rule):
     """
 
     name = "main-process-logging"
+    about_training = False
 
     def finish(self) -> None:
         first = next((c for c in self.q.findall(self.ctx.module, _LOGGING_CALLS)

@@ -52,6 +52,7 @@ class MainProcessOutput(Rule):
     """
 
     name = "main-process-output"
+    about_training = False
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -22,6 +22,7 @@ class MainProcessPrint(Rule):
     """
 
     name = "main-process-print"
+    about_training = False
 
     def visit_Module(self, node: cst.Module) -> bool:
         return self.q.is_training_script()  # a helper module's prints may serve other programs

@@ -22,6 +22,7 @@ class SharedFolders(Rule):
     """
 
     name = "shared-folders"
+    about_training = False
 
     def visit_Module(self, node: cst.Module) -> bool:
         return self.q.is_training_script()

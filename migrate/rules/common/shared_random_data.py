@@ -41,6 +41,7 @@ class SharedRandomData(Rule):
     """
 
     name = "shared-random-data"
+    about_training = False
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
