@@ -349,7 +349,7 @@ def _diff(conversion: Conversion, encoding: str, color: bool) -> str:
 
 def _write_report(results: list[FileResult], args: argparse.Namespace, mode: str, options: Options) -> bool:
     """Print or save the report; False when --report-file cannot be written (the report then goes to stderr)."""
-    policy = policy_line(options.batch, options.scale_lr)
+    policy = policy_line(options.batch, options.scale_lr, [f for r in results for f in r.findings])
     if args.report == "json":
         text = render_json(results, mode, policy)
     elif args.report == "sarif":

@@ -54,6 +54,9 @@ class Finding:
     severity: Severity
     message: str
     fix: str | None = None  # for "declined" and "error": what the user should do by hand
+    # what a change does to how the job trains, for the summary line: "shard" (training data split between the
+    # ranks), "split-batch" (--batch global applied to a batch size), "scale-lr", "scale-loss"; None: nothing of that
+    effect: str | None = None
 
     def location(self) -> str:
         return f"{self.path}:{self.line}:{self.col}"

@@ -99,14 +99,30 @@ def ordered(findings: Sequence[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (f.line, f.col))
 
 
-def policy_line(batch: str, scale_lr: str) -> str:
-    """The batch and learning-rate policy a conversion applied, said in words (N is the number of ranks)."""
-    batches = {
-        "per-device": "--batch per-device: every rank reads the script's batch size, so the global batch is N x it",
-        "global": "--batch global: the script's batch size is the global batch, split over the N ranks",
-    }[batch]
-    rates = {"none": "lr unchanged", "linear": "lr x N (--scale-lr linear)",
-             "sqrt": "lr x sqrt(N) (--scale-lr sqrt)"}[scale_lr]
+def policy_line(batch: str, scale_lr: str, findings: Sequence[Finding] | None = None) -> str:
+    """The batch and learning-rate policy, said in words (N is the number of ranks), as far as the run's changes
+    applied it (their ``effect``): "the global batch is N x it" only where training data was sharded, "split"
+    only where a batch size was, "lr x N" only where a learning rate was scaled. Without ``findings``, the
+    policy as asked."""
+    effects = None if findings is None else {f.effect for f in findings if f.effect and f.severity in ("change", "note")}
+    split = effects is None or "split-batch" in effects
+    sharded = effects is None or bool({"shard", "split-batch"} & effects)
+    if not sharded:
+        batches = (f"--batch {batch}: no training data was sharded (every rank reads all of it, as the notes and "
+                   "declined sites say)")
+    elif batch == "per-device":
+        batches = "--batch per-device: every rank reads the script's batch size, so the global batch is N x it"
+    elif split:
+        batches = "--batch global: the script's batch size is the global batch, split over the N ranks"
+    else:
+        batches = ("--batch global asked, but no batch size was split (see the declined sites): every rank reads "
+                   "the script's batch size, so the global batch is N x it")
+    if scale_lr == "none":
+        rates = "lr unchanged"
+    elif effects is not None and "scale-lr" not in effects:
+        rates = f"lr unchanged (--scale-lr {scale_lr} asked, but no learning rate was found to scale)"
+    else:
+        rates = {"linear": "lr x N (--scale-lr linear)", "sqrt": "lr x sqrt(N) (--scale-lr sqrt)"}[scale_lr]
     return f"{batches}; {rates}"
 
 

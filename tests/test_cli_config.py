@@ -20,6 +20,7 @@ from cli_samples import (
     DIFF_HUNKS,
     PLAIN_SCRIPT,
     POLICY,
+    POLICY_NOTHING_SHARDED,
     TORCH_SCRIPT,
     TORCH_SCRIPT_SUMMARY,
     UNCHANGED_SUMMARY,
@@ -115,7 +116,7 @@ def test_config_ignore_and_select_choose_the_rules(project, capsys):
     assert script.read_bytes() == PRINT_AND_SAVE_ONLY
     assert capsys.readouterr().err.splitlines() == [
         "Rewriting train.py", *torch_script_report("train.py")[-2:],
-        "1 file, 1 changed, 2 changes, 0 declined, 0 errors" + POLICY]
+        "1 file, 1 changed, 2 changes, 0 declined, 0 errors" + POLICY_NOTHING_SHARDED]
 
 
 @pytest.mark.parametrize(("table", "message"), [

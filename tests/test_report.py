@@ -112,3 +112,45 @@ def test_the_summary_line_states_the_batch_and_learning_rate_policy_when_a_file_
                     "global batch, split over the N ranks; lr x N (--scale-lr linear)")
     unchanged = FileResult("b.py", False, "torch", ())
     assert render_text([unchanged], policy_line("per-device", "none")).splitlines()[-1].endswith("0 errors")
+
+
+# --- the summary line says the policy only as far as the changes applied it (issue 18) ----------------------------
+
+def _finding(effect, severity="change"):
+    return Finding("t.py", 1, 1, "r", severity, "m", effect=effect)
+
+
+def test_the_policy_line_says_what_was_applied():
+    nothing = policy_line("per-device", "none", [_finding(None)])
+    assert "no training data was sharded" in nothing and "N x it" not in nothing
+    assert policy_line("per-device", "none", [_finding("shard")]).startswith(
+        "--batch per-device: every rank reads the script's batch size, so the global batch is N x it")
+    assert policy_line("global", "none", [_finding("shard"), _finding("split-batch")]).startswith(
+        "--batch global: the script's batch size is the global batch, split over the N ranks")
+    unsplit = policy_line("global", "none", [_finding("shard")])
+    assert unsplit.startswith("--batch global asked, but no batch size was split")
+    assert policy_line("global", "linear", [_finding("split-batch")]).endswith(
+        "lr unchanged (--scale-lr linear asked, but no learning rate was found to scale)")
+    assert policy_line("global", "linear", [_finding("split-batch"), _finding("scale-lr")]).endswith(
+        "lr x N (--scale-lr linear)")
+    assert "split over the N ranks" in policy_line("global", "none", [_finding("split-batch", "note")])  # Keras fit
+
+
+def test_a_full_batch_script_is_not_said_to_have_a_global_batch_n_times_larger():
+    from rule_testing import convert_text
+
+    result = convert_text("""
+        import torch
+        x, y = torch.randn(64, 3), torch.randn(64, 1)
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.LBFGS(model.parameters())
+        def closure():
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            return loss
+        for _ in range(5):
+            opt.step(closure)
+    """)
+    line = policy_line("per-device", "none", result.findings)
+    assert "no training data was sharded" in line

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from fixture_cases import FIXTURES, run
 
+from dpmigrate.codemod.engine import convert
+from dpmigrate.findings import Options
 from dpmigrate.verify.cli import main
 
 CASE = FIXTURES / "torch" / "synthetic_mnist"
@@ -157,12 +159,22 @@ def _script(tmp_path, body, name="train.py") -> Path:
 
 
 @pytest.mark.slow
-def test_a_summed_loss_is_caught_as_a_one_over_n_update(tmp_path, monkeypatch):
-    data = _verify(tmp_path, monkeypatch, _script(tmp_path, SUMMED_LOSS), steps=2)
+def test_a_summed_loss_left_as_it_is_is_caught_as_a_one_over_n_update(tmp_path, monkeypatch):
+    script = _script(tmp_path, SUMMED_LOSS)
+    unscaled = convert(script.read_bytes(), "train.py", Options(batch="global", ignore=("summed-loss",))).output
+    (tmp_path / "unscaled.py").write_bytes(unscaled)
+    data = _verify(tmp_path, monkeypatch, script, steps=2, against=tmp_path / "unscaled.py")
     assert data["verdict"] == "diverges"
     assert _causes(data) == ["scaled-update"]
     assert "1/N" in data["comparison"]["causes"][0]["message"]
     assert data["comparison"]["first"]["step"] == 1
+
+
+@pytest.mark.slow
+def test_a_summed_loss_converted_keeps_the_original_step(tmp_path, monkeypatch):
+    data = _verify(tmp_path, monkeypatch, _script(tmp_path, SUMMED_LOSS), steps=3)
+    assert data["verdict"] == "equivalent", data["headline"]
+    assert data["comparison"]["data"]["split"] == 3
 
 
 @pytest.mark.slow

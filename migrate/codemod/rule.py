@@ -119,10 +119,13 @@ class Rule(cst.CSTVisitor):
 
     # --- reporting --------------------------------------------------------------------------------
 
-    def report(self, node: cst.CSTNode, severity: Severity, message: str, fix: str | None = None) -> None:
+    def report(self, node: cst.CSTNode, severity: Severity, message: str, fix: str | None = None,
+               effect: str | None = None) -> None:
+        """A finding at ``node``; ``effect`` says what a change does to the training (see :class:`Finding`): the
+        summary line states the batch and learning-rate policy only as far as changes applied it."""
         start = self.ctx.positions[node].start
         self.ctx.findings.append(
-            Finding(self.ctx.path, start.line, start.column + 1, self.name, severity, message, fix)
+            Finding(self.ctx.path, start.line, start.column + 1, self.name, severity, message, fix, effect)
         )
 
     # --- building code ----------------------------------------------------------------------------

@@ -18,9 +18,11 @@ from .main_process_print import MainProcessPrint
 from .rank_divergence import RankDivergence
 from .shared_folders import SharedFolders
 from .shared_random_data import SharedRandomData
+from .summed_loss import SummedLoss
 from .training_averages import TrainingAverages
 
 __all__ = [
     "DownloadMainProcessFirst", "EvaluationLoader", "GlobalBatchSize", "InitRuntime", "LocalStop", "MainProcessLogging",
-    "MainProcessOutput", "MainProcessPrint", "RankDivergence", "SharedFolders", "SharedRandomData", "TrainingAverages",
+    "MainProcessOutput", "MainProcessPrint", "RankDivergence", "SharedFolders", "SharedRandomData", "SummedLoss",
+    "TrainingAverages",
 ]

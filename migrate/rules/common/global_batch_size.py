@@ -52,7 +52,7 @@ class GlobalBatchSize(Rule):
         self.ctx.plan.replace(node, lambda updated: updated.with_changes(
             value=self.dp_call("per_rank_batch_size", updated.value)))
         self.report(node, "change", f"--batch global: batch size {self.code(value)} -> "
-                    "dp.per_rank_batch_size(...), so the global batch stays the same")
+                    "dp.per_rank_batch_size(...), so the global batch stays the same", effect="split-batch")
 
     def _batch_sizes(self, call: cst.Call) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
         for index, arg in enumerate(call.args):

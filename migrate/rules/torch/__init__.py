@@ -23,6 +23,7 @@ from ..common import (
     RankDivergence,
     SharedFolders,
     SharedRandomData,
+    SummedLoss,
     TrainingAverages,
 )
 from .device_variable import DeviceVariable
@@ -104,6 +105,7 @@ RULES = (
     EvaluationLoader,
     TrainingAverages,
     GlobalBatchSize,
+    SummedLoss,
     ManualBatching,
     SameRandomInputs,
     SharedRandomData,

@@ -66,7 +66,7 @@ class DistributedOptimizer(Rule):
         self.ctx.plan.replace(
             lr, lambda updated: updated.with_changes(value=self.dp_call("scale_lr", updated.value, _string(rule)))
         )
-        self.report(lr, "change", f'learning rate {self.code(lr.value)} -> dp.scale_lr(..., "{rule}")')
+        self.report(lr, "change", f'learning rate {self.code(lr.value)} -> dp.scale_lr(..., "{rule}")', effect="scale-lr")
 
 
 def _string(value: str) -> cst.SimpleString:

@@ -45,7 +45,7 @@ class ShardTrainingLoader(Rule):
                     continue
                 self.ctx.plan.replace(loader.call, lambda updated: self.dp_call("distributed_loader", updated))
                 self.report(loader.call, "change", f"training DataLoader{_named(loader.name)} sharded: "
-                            "dp.distributed_loader gives each rank a disjoint part")
+                            "dp.distributed_loader gives each rank a disjoint part", effect="shard")
 
 
 def _named(name: str | None) -> str:
