@@ -115,8 +115,8 @@ def policy_line(batch: str, scale_lr: str, findings: Sequence[Finding] | None = 
     elif split:
         batches = "--batch global: the script's batch size is the global batch, split over the N ranks"
     else:
-        batches = ("--batch global asked, but no batch size was split (see the declined sites): every rank reads "
-                   "the script's batch size, so the global batch is N x it")
+        batches = ("--batch global asked, but no batch size was split (the notes and declined sites say why): every "
+                   "rank reads the script's batch size, so the global batch is N x it")
     if scale_lr == "none":
         rates = "lr unchanged"
     elif effects is not None and "scale-lr" not in effects:

@@ -6,7 +6,6 @@ from rule_testing import assert_rule_converts, convert_text, findings_of
 
 @pytest.mark.parametrize("fetch", [
     'r = requests.get("https://example.com/data.csv")',
-    'urllib.request.urlretrieve("https://example.com/x.zip", "x.zip")',
     'state = torch.hub.load_state_dict_from_url("https://example.com/w.pth")',
     "net = models.resnet18(weights=models.ResNet18_Weights.DEFAULT)",
     "net = torchvision.models.resnet18(pretrained=True)",
@@ -15,10 +14,40 @@ from rule_testing import assert_rule_converts, convert_text, findings_of
 def test_each_kind_of_download_runs_on_the_main_process_first(fetch):
     header = "import requests\nimport urllib.request\nimport torch\nimport torchvision\nimport transformers\n" \
              "from torchvision import models\n"
+    use = "print(" + fetch.split(" = ")[0] + ")\n" if " = " in fetch else ""  # what it returns is used after it
+    assert_rule_converts(
+        "download-main-process-first",
+        header + fetch + "\n" + use,
+        header + "import dpmigrate.runtime.torch as dp\n\nwith dp.main_process_first():\n    " + fetch + "\n" + use,
+    )
+
+
+@pytest.mark.parametrize("fetch", [
+    'urllib.request.urlretrieve("https://example.com/x.zip", "x.zip")',
+    'r = requests.get("https://example.com/data.csv")',
+])
+def test_a_fetch_that_only_leaves_files_runs_once_per_node_while_the_others_wait(fetch):
+    header = "import requests\nimport urllib.request\nimport torch\n"
     assert_rule_converts(
         "download-main-process-first",
         header + fetch + "\n",
-        header + "import dpmigrate.runtime.torch as dp\n\nwith dp.main_process_first():\n    " + fetch + "\n",
+        header + "import dpmigrate.runtime.torch as dp\n\nif dp.local_rank() == 0:\n    " + fetch + "\ndp.barrier()\n",
+    )
+
+
+def test_the_whole_fetch_and_unpack_sequence_runs_once():
+    header = "import tarfile\nimport urllib.request\nimport requests\nimport torch\n"
+    body = ('urllib.request.urlretrieve("https://example.com/data.tar", "data.tar")\n'
+            'tarfile.open("data.tar").extractall("data")\n'
+            'r = requests.get("https://example.com/more.tar.gz", stream=True)\n'
+            'with tarfile.open(fileobj=r.raw, mode="r|gz") as archive:\n'
+            '    archive.extractall("more")\n')
+    indented = "".join("    " + line + "\n" for line in body.splitlines())
+    assert_rule_converts(
+        "download-main-process-first",
+        header + body + 'rows = torch.load("data/rows.pt")\n',
+        header + "import dpmigrate.runtime.torch as dp\n\nif dp.local_rank() == 0:\n" + indented + "dp.barrier()\n"
+        + 'rows = torch.load("data/rows.pt")\n',
     )
 
 
@@ -63,4 +92,6 @@ def test_a_download_in_one_branch_puts_the_whole_choice_under_main_process_first
         """,
         select=("download-main-process-first",),
     )
-    assert '    with dp.main_process_first():\n        if os.path.isfile("cora.tgz"):\n' in result.output.decode()
+    # (only files are left behind: the first process of each node makes the choice and fetches, the others wait)
+    assert '    if dp.local_rank() == 0:\n        if os.path.isfile("cora.tgz"):\n' in result.output.decode()
+    assert '            open("cora.tgz", "wb").write(reply.content)\n    dp.barrier()\n' in result.output.decode()

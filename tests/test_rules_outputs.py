@@ -53,3 +53,40 @@ def test_tensorboard_writers_are_reported_with_the_fix():
     )
     [note] = findings_of(result, "main-process-output", "note")
     assert "TensorBoard" in note.message and "dp.is_main_process()" in note.fix
+
+
+# --- issue 18: clean-up after a save, and files one rank writes that every rank reads --------------------------------
+
+CLEAN_UP = """
+import glob
+import os
+import torch
+import matplotlib.pyplot as plt
+from PIL import Image
+
+model = torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.utils.data.DataLoader(range(8), batch_size=2):
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+path = "ckpt_3.pt"
+torch.save(model.state_dict(), path)
+for old in glob.glob("ckpt_*.pt"):
+    if old != path:
+        os.remove(old)
+plt.plot([1, 2])
+plt.savefig("curve.png")
+picture = Image.open("curve.png")
+"""
+
+
+def test_files_removed_after_a_save_are_removed_by_the_main_process_only():
+    converted = convert_text(CLEAN_UP).output.decode()
+    assert "    if old != path:\n        if dp.is_main_process():\n            os.remove(old)\n" in converted
+
+
+def test_a_file_the_main_process_writes_and_every_rank_reads_back_has_a_barrier_between():
+    converted = convert_text(CLEAN_UP).output.decode()
+    assert 'if dp.is_main_process():\n    plt.savefig("curve.png")\ndp.barrier()\npicture = Image.open("curve.png")\n' \
+        in converted

@@ -13,6 +13,12 @@ _DOWNLOAD = m.Call(args=[m.ZeroOrMore(), m.Arg(m.Name("True"), keyword=m.Name("d
 
 
 _FETCHES = {"requests.get", "urllib.request.urlretrieve", "urllib.request.urlopen", "wget.download", "gdown.download"}
+# what unpacks or writes what was fetched, right after the fetch: one sequence, run once (a second rank downloading
+# again truncates the archive the first one is extracting)
+_UNPACKS = {"tarfile.open", "zipfile.ZipFile", "shutil.unpack_archive", "gzip.open", "bz2.open", "lzma.open",
+            "shutil.copyfileobj", "os.remove", "os.unlink", "os.rename", "os.replace", "subprocess.run",
+            "subprocess.call", "subprocess.check_call", "os.system"}
+_UNPACK_METHODS = ("extractall", "extract", "write", "iter_content")
 
 
 def _pretrained(call: cst.Call) -> bool:
@@ -32,7 +38,9 @@ class DownloadMainProcessFirst(Rule):
     Example:  dataset1 = datasets.MNIST('../data', train=True, download=True, transform=transform)
            -> with dp.main_process_first():
                   dataset1 = datasets.MNIST('../data', train=True, download=True, transform=transform)
-    Consecutive download statements share one block. A download inside a choice the ranks could take
+    Consecutive download statements share one block, with the statements right after them that unpack or write
+    what was fetched (the whole fetch-unpack sequence runs once: a rank downloading again would truncate the
+    archive another rank is extracting). A download inside a choice the ranks could take
     differently (``if not os.path.exists(f):``, ``try:``) takes the whole choice into the block; inside an
     ``if`` that only reads names (``if args.synthetic:``), every rank takes the same branch and the download's
     own statement is the block (so what the other branch does, e.g. draw and share random data, stays outside).
@@ -60,8 +68,12 @@ class DownloadMainProcessFirst(Rule):
                 statements.append(statement)
             self.report(call, "change", f"{what} runs under dp.main_process_first(): "
                         "downloaded once per node, the other ranks wait for it")
-        for run in self._runs(statements):
-            self.ctx.plan.group(run, self._with_block)
+        for run in self._runs(self._with_follow_ups(statements)):
+            if self._kept_after(run):
+                self.ctx.plan.group(run, self._with_block)
+            else:  # only files are left behind: fetched once per node, by its first process, while the others wait
+                self.ctx.plan.group(run, self._first_on_node_only)
+                self.ctx.plan.insert_after(run[0], self.statement("{dp}.barrier()\n"))
 
     def _downloads(self):
         """(call, what it is) for every call that fetches files, in source order."""
@@ -88,6 +100,34 @@ class DownloadMainProcessFirst(Rule):
                 _pretrained(call) or (isinstance(call.func, cst.Attribute) and call.func.attr.value == "from_pretrained")
             ):
                 yield call, f"pretrained weights of {self.code(call.func)}(...)"
+
+    def _with_follow_ups(self, statements: list) -> list:
+        """Each download with the statements right after it that unpack or write what it fetched (``tarfile.open(f)
+        .extractall()``, ``with open(p, "wb") as out: out.write(r.content)``): the whole fetch-unpack sequence runs
+        once per node."""
+        out: list = []
+        for statement in statements:
+            if any(s is statement for s in out):
+                continue
+            out.append(statement)
+            block = self.q.block_of(statement)
+            if block is None:
+                continue
+            body = list(block.body)
+            index = next(i for i, s in enumerate(body) if s is statement)
+            for following in body[index + 1:]:
+                if not self._follows_up(following):
+                    break
+                if not any(s is following for s in out):
+                    out.append(following)
+        return out
+
+    def _follows_up(self, statement: cst.BaseStatement) -> bool:
+        if self.q.trains(statement) or self.ctx.analysis(RankAnalysis).has_collective(statement):
+            return False
+        calls = list(self.q.index.of_type(statement, cst.Call))
+        return any(self.q.is_call_to(c, _UNPACKS) or (isinstance(c.func, cst.Attribute) and c.func.attr.value in
+                                                       _UNPACK_METHODS) for c in calls)
 
     def _in_branch(self, statement: cst.CSTNode) -> bool:
         """Inside an ``if``/``try`` of its function that some ranks may not take (a file exists on one)."""
@@ -150,6 +190,26 @@ class DownloadMainProcessFirst(Rule):
                 runs.append([statement])
         return runs
 
+    def _kept_after(self, run: list) -> bool:
+        """A name the run binds is read after it (a dataset object, loaded arrays): every rank must run it (the main
+        process first); otherwise it only leaves files, and running it again on the other ranks would download
+        and unpack over files the first process may already be reading."""
+        if any(self.q.index.of_type(s, cst.Return) for s in run):
+            return True  # what it returns: every rank needs it
+        bound = set().union(*(_names_bound(s) for s in run))
+        if not bound:
+            return False
+        scope = self.q.function_of(run[0]) or self.ctx.module
+        end = self.ctx.positions[run[-1]].end
+        return any(n.value in bound and (self.ctx.positions[n].start.line, self.ctx.positions[n].start.column) >=
+                   (end.line, end.column) for n in self.q.index.of_type(scope, cst.Name))
+
+    def _first_on_node_only(self, statements):
+        first = statements[0]
+        body = [first.with_changes(leading_lines=())] + list(statements[1:])
+        return cst.If(test=self.dp("local_rank() == 0"), body=cst.IndentedBlock(body=body),
+                      leading_lines=first.leading_lines)
+
     def _with_block(self, statements):
         first = statements[0]
         body = [first.with_changes(leading_lines=())] + list(statements[1:])
@@ -158,3 +218,25 @@ class DownloadMainProcessFirst(Rule):
             body=cst.IndentedBlock(body=body),
             leading_lines=first.leading_lines,
         )
+
+
+def _names_bound(statement: cst.CSTNode) -> set[str]:
+    """Names a statement assigns (``r = requests.get(...)``, ``with open(p) as f``): a follow-up reads them."""
+    found: set[str] = set()
+
+    def names(target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            found.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                names(element.value)
+
+    class Bound(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            names(node.target)
+
+        def visit_AsName(self, node: cst.AsName) -> None:
+            names(node.name)
+
+    statement.visit(Bound())
+    return found

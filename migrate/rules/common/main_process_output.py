@@ -11,6 +11,8 @@ PROGRESS_BARS = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.
 
 
 _FILE_OUTPUTS = {
+    # removals and renames: the second rank to run one fails (the file is gone): clean-up after a save, old checkpoints
+    "os.remove", "os.unlink", "os.rmdir", "os.rename", "os.replace", "shutil.rmtree",
     "torch.onnx.export", "shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move", "sys.stdout.write",
     "sys.stderr.write", "json.dump", "pickle.dump", "numpy.save", "numpy.savetxt", "matplotlib.pyplot.savefig",
 }
@@ -18,6 +20,12 @@ _MODEL_EXPORTS = {"torch.onnx.export"}
 _PROGRESS_FUNCTIONS = {"progress_bar"}  # the CIFAR trainers' own helper, a print in disguise
 _TENSORBOARD = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter"}
 _WRITE_MODES = set("wax")
+# what reads back a file the main process wrote (first argument: its path): the other ranks must wait for it
+_READS = {
+    "open", "builtins.open", "PIL.Image.open", "torch.load", "numpy.load", "numpy.loadtxt", "json.load", "pandas.read_csv",
+    "imageio.imread", "imageio.v2.imread", "imageio.v3.imread", "matplotlib.pyplot.imread", "matplotlib.image.imread",
+    "cv2.imread", "paddle.load", "pickle.load", "shutil.copyfile", "shutil.copy",
+}
 
 
 def _opens_for_writing(query, call: cst.Call) -> bool:
@@ -45,7 +53,10 @@ class MainProcessOutput(Rule):
     ``torchvision.utils.save_image``), in files that train.
     Also under ``if dp.is_main_process():``: ``torch.onnx.export``, ``shutil`` copies, writes to
     ``sys.stdout``, ``json.dump``/``numpy.save``/``savefig``, a ``progress_bar(...)`` helper, and a
-    ``with open(path, "w")`` block that neither trains nor meets the other ranks.
+    ``with open(path, "w")`` block that neither trains nor meets the other ranks, and removals and renames of
+    files (``os.remove``, ``shutil.rmtree``...: the second rank to remove a file fails). A file written so that a
+    later statement reads it back (``plt.savefig(p)`` then ``Image.open(p)``) gets ``dp.barrier()`` after the
+    write, so no rank reads it before it exists.
     TensorBoard's ``SummaryWriter`` is reported (every rank writes its own event file).
     Leaves alone: progress bars that already pass ``disable=``; writes that are not a statement of
     their own, whose value is kept, or already under a rank condition.
@@ -95,6 +106,7 @@ class MainProcessOutput(Rule):
         self.ctx.plan.group([node], self._guarded)
         self._guarded_blocks.add(id(node))
         self.report(opened[0], "change", "file written by the main process only (under `if dp.is_main_process():`)")
+        self._wait_before_reads(node, {self.code(a.value) for a in opened[0].args[:1]})
 
     def _disabled_off_main(self, updated: cst.Call) -> cst.Call:
         disable = cst.Arg(
@@ -116,11 +128,28 @@ class MainProcessOutput(Rule):
         if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None:
             return
         self.ctx.plan.group([statement], self._guarded)
+        self._wait_before_reads(statement, {self.code(a.value) for a in node.args if a.keyword is None})
         exported = self._exported_model(node)
         if exported is not None:
             self.ctx.plan.replace(exported, lambda updated: self.dp_call("unwrap", updated))
             what += f" on dp.unwrap({self.code(exported)}), the model as built"
         self.report(node, "change", f"{what} by the main process only (under `if dp.is_main_process():`)")
+
+    def _wait_before_reads(self, statement: cst.BaseStatement, paths: set[str]) -> None:
+        """A file the main process now writes alone and a later statement of the same block reads back (a saved
+        plot opened again, a written file loaded): every rank waits for it with ``dp.barrier()`` after the write."""
+        block = self.q.block_of(statement)
+        if block is None or not paths:
+            return
+        later = list(block.body)[[id(s) for s in block.body].index(id(statement)) + 1:]
+        for following in later:
+            for call in self.q.index.of_type(following, cst.Call):
+                first = next((a.value for a in call.args if a.keyword is None), None)
+                if first is not None and self.code(first) in paths and self.q.is_call_to(call, _READS):
+                    self.ctx.plan.insert_after(statement, self.statement("{dp}.barrier()\n"))
+                    self.report(call, "change", f"dp.barrier() before this read of {self.code(first)}: the main "
+                                "process writes it alone, the other ranks wait until it is there")
+                    return
 
     def _exported_model(self, node: cst.Call) -> cst.Name | None:
         """The model a ``torch.onnx.export(model, ...)`` exports: the plain module, not its wrapper."""

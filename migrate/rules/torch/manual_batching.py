@@ -50,6 +50,8 @@ class ManualBatching(Rule):
                     "averaged gradients come from N times the episodes, and decide when to stop on all ranks "
                     "together (stop = dp.all_reduce(float(condition), op='max')), or the ranks stop apart",
                 )
+            elif self._draws_fresh_data(loop):
+                self._fresh_data(loop, policy)
             elif not self.q.index.of_type(loop.body, cst.Subscript) and not self._calls_a_batcher(loop):
                 self.report(
                     loop, "note",
@@ -64,6 +66,36 @@ class ManualBatching(Rule):
                     "which is correct but gives no speed-up." + policy,
                     "shard the data by hand, e.g. train_data = dp.shard(train_data) before batching it",
                 )
+
+    def _draws_fresh_data(self, loop) -> bool:
+        """The loop draws its inputs at random at every step (directly or in a function of the file it calls), and
+        indexes no data set."""
+        functions = self.q.module_functions()
+        scopes = [loop.body, *(functions[n] for n in self.q.called_names(loop) if n in functions)]
+        if any(self.q.index.of_type(scope, cst.Subscript) for scope in scopes):
+            return False
+        return any(self.q.callee_starts_with(c, prefix) for scope in scopes for c in self.q.index.of_type(scope, cst.Call)
+                   for prefix in _RANDOM)
+
+    def _fresh_data(self, loop, policy: str) -> None:
+        seeded = any(self.q.is_call_to(c, self.vocabulary.random_seeds | {"numpy.random.seed", "random.seed"})
+                     for c in self.q.index.of_type(self.ctx.module, cst.Call))
+        if seeded:
+            self.report(
+                loop, "note",
+                "this training loop draws its data at random at every step, after a seed every rank sets alike: every "
+                "rank draws the same batches, which is correct but gives no speed-up." + policy,
+                "seed each rank apart once the model is wrapped (torch.manual_seed(seed + dp.rank())): the ranks then "
+                "draw different batches and the global batch is N x it",
+            )
+        else:
+            self.report(
+                loop, "note",
+                "this training loop draws its data at random at every step, unseeded: each rank draws its own batches, "
+                "so the ranks train on different data and the global batch is N x the script's" + (
+                    " (--batch global cannot split it: the batch size is not a loader's)" if policy else "") + ".",
+                effect="shard",
+            )
 
     def _calls_a_batcher(self, loop) -> bool:
         """``get_batch(data, i)``: a function of the file that slices the data for the loop; or, in the
