@@ -24,7 +24,7 @@ import sys
 
 import pytest
 from fixture_cases import cases
-from verify_cases import assert_as_expected, spec_args, verify
+from verify_cases import assert_as_expected, verify_fixture
 
 EXECUTABLE = [c for c in cases("torch") if (c / "execute.json").exists()]
 TIMEOUT = 300
@@ -68,10 +68,7 @@ def _assert_same_parameters(expected_path, actual_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", EXECUTABLE, ids=lambda c: c.name)
 def test_converted_fixture_on_two_processes_trains_like_the_original(case, tmp_path, monkeypatch):
-    extra, steps = spec_args(case)
-    (tmp_path / "train.py").write_bytes((case / "before.py").read_bytes())
-    data = verify(tmp_path, monkeypatch, tmp_path / "train.py", "--batch-size", "32", *extra, steps=steps)
-    assert_as_expected(case, data)
+    assert_as_expected(case, verify_fixture(case, tmp_path, monkeypatch))
 
 
 @pytest.mark.slow

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fixture_cases import cases, run
-from verify_cases import assert_as_expected, spec_args, verify
+from verify_cases import assert_as_expected, verify_fixture
 
 JOBS = Path(__file__).parent / "jobs"
 EXECUTABLE = [  # a case whose execute.json names its own test (the static graph's) runs there, with its own checks
@@ -104,10 +104,7 @@ SAVED = "{}.pdparams"  # the checkpoint a run named {} writes
 @pytest.mark.slow
 @pytest.mark.parametrize("case", VERIFIED, ids=lambda c: c.name)
 def test_converted_paddle_fixture_on_two_processes_trains_like_the_original(case, tmp_path, monkeypatch):
-    extra, steps = spec_args(case)
-    (tmp_path / "train.py").write_bytes((case / "before.py").read_bytes())
-    data = verify(tmp_path, monkeypatch, tmp_path / "train.py", "--batch-size", "32", *extra, steps=steps)
-    assert_as_expected(case, data)
+    assert_as_expected(case, verify_fixture(case, tmp_path, monkeypatch))
 
 
 @pytest.mark.slow

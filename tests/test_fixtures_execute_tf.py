@@ -87,7 +87,7 @@ def test_at_least_six_tensorflow_fixtures_are_executed():
 @pytest.mark.slow
 @pytest.mark.parametrize("case", EXECUTABLE, ids=lambda c: c.name)
 def test_converted_tf_fixture_on_two_workers_trains_like_the_original(case, tmp_path, monkeypatch):
-    data = verify_fixture(case, tmp_path, monkeypatch, "--batch-size", "32")
+    data = verify_fixture(case, tmp_path, monkeypatch)
     assert_as_expected(case, data)
 
 

@@ -2,10 +2,12 @@
 
 ``execute.json`` of a fixture says how (all keys optional):
 
-- ``args``: the script's arguments for both runs (after ``--batch-size 32``);
+- ``args``: the script's arguments for both runs, after ``batch_args`` (default ``--batch-size 32``; ``[]`` for a
+  script that has no such option);
 - ``steps``: optimizer steps to compare (default :data:`DEFAULT_STEPS`, past the first epoch of most cases);
 - ``verify``: what verify must conclude when it is not "equivalent with the data split proven", with the
-  reason the fixture is exempt, e.g. ``{"verdict": "diverges", "causes": ["not-sharded"], "why": "..."}``;
+  reason the fixture is exempt, e.g. ``{"verdict": "diverges", "causes": ["not-sharded"], "why": "..."}``, or
+  ``{"verdict": "error", "shows": "No module named 'torchvision'", "why": "..."}`` for a script that cannot run here;
 - ``reference``: ``"converted"`` when the original cannot run here (an API the installed framework no longer
   has): the ``--batch global`` conversion run plainly (world size 1, which behaves as the original by the
   runtime's contract) is the reference the 2-process run is checked against.
@@ -57,15 +59,18 @@ def assert_as_expected(case: Path, data: dict) -> None:
         return
     assert spec.get("why"), f"{case}/execute.json: an exemption says why"
     assert data["verdict"] == spec["verdict"], explain(data)
-    assert causes(data) == spec["causes"], explain(data)
+    assert causes(data) == spec.get("causes", []), explain(data)
+    if "shows" in spec:  # what the runs printed that proves the reason (a missing package, a GPU-only call)
+        assert any(spec["shows"] in line for line in [data["headline"], *data["details"]]), explain(data)
 
 
-def spec_args(case: Path) -> tuple[list[str], int]:
+def spec_args(case: Path, batch: tuple[str, ...] = ("--batch-size", "32")) -> tuple[list[str], int]:
+    """The script's arguments (``batch_args``, default ``batch``, then ``args``) and the steps to compare."""
     spec = json.loads((case / "execute.json").read_text())
-    return list(spec.get("args", [])), int(spec.get("steps", DEFAULT_STEPS))
+    return [*spec.get("batch_args", batch), *spec.get("args", [])], int(spec.get("steps", DEFAULT_STEPS))
 
 
-def verify_fixture(case: Path, tmp_path: Path, monkeypatch, *script_args: str) -> dict:
+def verify_fixture(case: Path, tmp_path: Path, monkeypatch) -> dict:
     """``dpmigrate verify`` of a fixture's ``before.py`` (or, with ``"reference": "converted"``, of its conversion
     against itself run plainly), with ``execute.json``'s arguments and steps."""
     from fixture_cases import run
@@ -75,6 +80,6 @@ def verify_fixture(case: Path, tmp_path: Path, monkeypatch, *script_args: str) -
     script = tmp_path / "train.py"
     if spec.get("reference") == "converted":
         script.write_bytes(run(case, batch="global").output)
-        return verify(tmp_path, monkeypatch, script, *script_args, *extra, steps=steps, against=script)
+        return verify(tmp_path, monkeypatch, script, *extra, steps=steps, against=script)
     script.write_bytes((case / "before.py").read_bytes())
-    return verify(tmp_path, monkeypatch, script, *script_args, *extra, steps=steps)
+    return verify(tmp_path, monkeypatch, script, *extra, steps=steps)

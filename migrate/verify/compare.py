@@ -298,6 +298,14 @@ def _divergence_causes(first: Difference, worst: Difference, factor: Cause | Non
             "BatchNormalization(synchronized=True)) where your devices support it, or accept the difference")))
     if data.other and data.other[0] <= first.step and factor is None and shares is None:
         causes.append(_data_cause(data))
+    drawing = [s for s in one.random_steps if s >= 2]  # (step 1 is not told apart from the model's initialisation)
+    if not causes and not already and drawing:
+        causes.append(Cause("random-draws", (
+            f"the training steps draw random numbers (noise, masking, augmentation: steps {', '.join(map(str, drawing[:5]))}"
+            f"{' ...' if len(drawing) > 5 else ''}) from a global generator: one process "
+            "draws them for the whole batch, each rank for its share, so the samples get other numbers than in the "
+            "original (a difference of the comparison, not a fault, unless the script wants them seeded alike: derive "
+            "them from the sample's index to make both runs draw the same)")))
     if not causes and not already:
         causes.append(Cause("unknown", (
             f"no known pattern: the first difference is in {first.parameter} after step {first.step}; run "

@@ -69,6 +69,7 @@ class Record:
     batchnorm: list[str]  # names of the batch-normalisation layers the trained models hold
     changes: list[str]  # what the harness did to the run ("dropout off: 2 Dropout layers")
     child_processes: bool = False  # a process forked from the script's stepped an optimizer (not recorded)
+    random_steps: list[int] = dataclasses.field(default_factory=list)  # steps that drew from a global generator
     schema: str = SCHEMA
 
     def write(self, folder: Path) -> None:

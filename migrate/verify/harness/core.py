@@ -72,6 +72,9 @@ class Recorder:
         self.inputs: dict[int, dumps.Inputs] = {}
         self.batchnorm: list[str] = []
         self.changes: dict[str, None] = {}
+        self.random_states: list[Callable[[], bytes]] = []  # the framework's generator state (adapters add it)
+        self.random_steps: list[int] = []  # steps during which a global generator advanced
+        self._last_random: bytes | None = None
         self.finished = False
         self.pid = os.getpid() if pid is None else pid  # another pid: a child of the script (records nothing)
         self._lock = threading.RLock()
@@ -135,6 +138,7 @@ class Recorder:
             if self.finished:
                 return
             step = completed + 1 if pending else completed
+            self._note_random_draws(step)
             if self._pending and step >= 1:
                 self._close_inputs(step)
             self._pending = []
@@ -145,6 +149,26 @@ class Recorder:
                 self.finish("steps")
         if self.finished:
             leave(self)
+
+    def _note_random_draws(self, step: int) -> None:
+        """Whether Python's, NumPy's or the framework's global generator advanced since the last boundary: random
+        draws inside training (noise, masking, augmentation), which differ between 1 process and N ranks."""
+        import hashlib
+        import random
+
+        digest = hashlib.blake2b(repr(random.getstate()).encode(), digest_size=16)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            digest.update(repr(numpy.random.get_state(legacy=True)).encode())
+        for state in self.random_states:
+            try:
+                digest.update(state())
+            except Exception:
+                pass
+        now = digest.digest()
+        if self._last_random is not None and now != self._last_random and step >= 1 and step not in self.random_steps:
+            self.random_steps.append(step)
+        self._last_random = now
 
     def _in_child(self) -> bool:
         """A process forked from the script's (Hogwild, a DataLoader worker) records nothing; it leaves a mark
@@ -221,6 +245,7 @@ class Recorder:
                 rank=self.rank, world_size=self.world_size, framework=self.framework, parameters=self.parameters,
                 snapshots=sorted(self.snapshots), steps=last, optimizers=len(self._optimizers),
                 inputs=steps_inputs, stop=reason, batchnorm=self.batchnorm, changes=list(self.changes),
+                random_steps=[s for s in self.random_steps if s <= last],
                 child_processes=(self.folder / CHILD_MARK).exists())
             record.write(self.folder)
 

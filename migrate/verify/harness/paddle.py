@@ -45,6 +45,7 @@ _WRAPPERS = ("DataParallel", "TensorParallel", "ShardingParallel", "SegmentParal
 def install(paddle, recorder) -> None:
     recorder.framework = "paddle"
     paddle.seed(recorder.seed)
+    recorder.random_states.append(lambda: repr(paddle.get_rng_state()).encode())
     guard = _Guard()
     layers = _Layers(paddle, recorder)
     _count_dygraph_steps(paddle, recorder, layers, guard)

@@ -25,6 +25,7 @@ _WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
 def install(torch, recorder) -> None:
     recorder.framework = "torch"
     torch.manual_seed(recorder.seed)
+    recorder.random_states.append(lambda: torch.random.get_rng_state().numpy().tobytes())
     models = _Models(torch, recorder)
     _count_steps(torch, recorder, models)
     _no_dropout(torch, recorder)
