@@ -34,9 +34,11 @@ from .loaders import LoaderFlow
 from .plan import apply
 from .query import Query
 from .rule import Context, Rule
+from .unused_imports import without_unused_imports
 
 _ALIASES = ("dp", "dpr", "dp_runtime")
 DETECT_RULE = "detect-framework"
+UNUSED_IMPORT_RULE = "unused-import"
 _RECURSION_LIMIT = 30_000  # Python frames; a level of nesting costs libcst about ten
 
 
@@ -47,7 +49,7 @@ def convert(source: bytes, path: str, options: Options = Options()) -> Conversio
     walks trees recursively) is converted with a higher recursion limit; past what even that allows
     the file is declined with a ConversionError, never a RecursionError traceback.
     """
-    if not may_use_a_framework(source):
+    if not may_use_a_framework(source) and not _names_a_local_framework(source, options):
         return Conversion(path=path, original=source, output=source)
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
@@ -68,7 +70,7 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
     module = _parse_outside_the_collector(source, path)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # a fresh tree nobody else holds: no copy
     index = TreeIndex(wrapper)  # one index of the tree and one set of metadata, shared by detection and rules
-    detection = detect(wrapper, index)
+    detection = detect(wrapper, index, options.local_frameworks)
     findings = _detection_findings(detection, path, options)
     if detection.status == "none":
         return Conversion(path=path, original=source, output=source, findings=tuple(findings))
@@ -96,6 +98,12 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
         framework=detection.framework, generation=detection.generation, left_alone=left_alone,
         imported_training_returns=imported_training,
     )
+
+
+def _names_a_local_framework(source: bytes, options: Options) -> bool:
+    """The file may import a local module that uses a framework (``Options.local_frameworks``), so it may be
+    written for that framework without naming it."""
+    return any(module.encode() in source for module, _ in options.local_frameworks)
 
 
 def _parse_outside_the_collector(source: bytes, path: str) -> libcst.Module:
@@ -158,7 +166,7 @@ def _detection_findings(detection: Detection, path: str, options: Options) -> li
             f"run with --framework {detection.framework} (or auto)",
         )]
     if detection.status == "convert":
-        return []
+        return [finding("note", detection.reason)] if detection.reason else []  # (its framework through a module)
     return [finding("note", detection.reason)]
 
 
@@ -229,6 +237,11 @@ def _emit(ctx: Context, source: bytes, path: str) -> tuple[bytes, libcst.Module 
     new = apply(ctx.module, ctx.plan, ctx.query.index)
     if new is ctx.module:
         return source, None
+    new, removed = without_unused_imports(new, ctx.module)
+    for statement, name in removed:
+        start = ctx.positions[statement].start
+        ctx.findings.append(Finding(path, start.line, start.column + 1, UNUSED_IMPORT_RULE, "change",
+                                    f"import of `{name}` removed: the conversion replaced its last use"))
     printed = ctx.printed
     if printed.code.encode(ctx.module.encoding) != source:
         raise ConversionError(path, "libcst cannot reprint this file byte for byte, so converting it could change "
