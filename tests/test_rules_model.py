@@ -58,7 +58,6 @@ def test_data_parallel_is_replaced_not_nested():
         """,
         """
         import torch
-        from torch import nn
         import dpmigrate.runtime.torch as dp
 
         dp.init()

@@ -4,8 +4,8 @@
 Only names the input used and the output no longer does: an import the script never used stays (it was
 the script's own choice), and so does everything the conversion did not touch. Counted on the top-level
 statements the plan changed (unchanged ones are the original's very objects, with the original's counts), so a
-large file costs nothing more than its edited statements. Module-level ``import``/``from ... import`` aliases
-only; a star import, ``__future__`` and a module that keeps other names are left as they are.
+large file costs nothing more than its edited statements. Module-level ``from ... import name`` aliases only:
+``import module`` stays (importing a module may set something up), as do star imports and ``__future__``.
 """
 
 from __future__ import annotations
@@ -70,8 +70,7 @@ def _imported_names(module: cst.Module) -> set[str]:
 
 
 def _aliases(small: cst.BaseSmallStatement) -> list[cst.ImportAlias]:
-    if isinstance(small, cst.Import):
-        return list(small.names)
+    """The names a ``from module import name`` binds (``import module`` stays: importing a module may do something)."""
     if (isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar) and not small.relative
             and not (isinstance(small.module, cst.Name) and small.module.value == "__future__")):
         return list(small.names)
