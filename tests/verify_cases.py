@@ -8,6 +8,8 @@
 - ``verify``: what verify must conclude when it is not "equivalent with the data split proven", with the
   reason the fixture is exempt, e.g. ``{"verdict": "diverges", "causes": ["not-sharded"], "why": "..."}``, or
   ``{"verdict": "error", "shows": "No module named 'torchvision'", "why": "..."}`` for a script that cannot run here;
+- ``unlaunched``: ``false`` to leave the fixture out of the check that its ``after.py`` run plainly gives the
+  original's checkpoint (a script that cannot run here, or saves no ``--save`` checkpoint);
 - ``reference``: ``"converted"`` when the original cannot run here (an API the installed framework no longer
   has): the ``--batch global`` conversion run plainly (world size 1, which behaves as the original by the
   runtime's contract) is the reference the 2-process run is checked against.
