@@ -56,6 +56,7 @@ class Vocabulary:
     random_seeds_all: frozenset[str] = frozenset()
     tensor_packages: tuple[str, ...] = ()
     object_prefixes: tuple[str, ...] = ()
+    batchnorm_classes: frozenset[str] = frozenset()  # batch normalisation layers (their statistics become per rank)
     save_calls: frozenset[str] = frozenset()  # ``torch.save``
     image_writers: frozenset[str] = frozenset()  # sample images written by every rank otherwise
     download_prefixes: tuple[str, ...] = ()  # calls that fetch files (``torch.hub.load_state_dict_from_url``)

@@ -7,6 +7,7 @@ frameworks whose training loops iterate loaders (evaluation loaders, dataset-wid
 lists the ones it runs, in its own order, beside its own rules.
 """
 
+from .batch_norm import BatchNormStatistics
 from .download_main_process_first import DownloadMainProcessFirst
 from .evaluation_loader import EvaluationLoader
 from .global_batch_size import GlobalBatchSize
@@ -22,7 +23,7 @@ from .summed_loss import SummedLoss
 from .training_averages import TrainingAverages
 
 __all__ = [
-    "DownloadMainProcessFirst", "EvaluationLoader", "GlobalBatchSize", "InitRuntime", "LocalStop", "MainProcessLogging",
-    "MainProcessOutput", "MainProcessPrint", "RankDivergence", "SharedFolders", "SharedRandomData", "SummedLoss",
-    "TrainingAverages",
+    "BatchNormStatistics", "DownloadMainProcessFirst", "EvaluationLoader", "GlobalBatchSize", "InitRuntime",
+    "LocalStop", "MainProcessLogging", "MainProcessOutput", "MainProcessPrint", "RankDivergence",
+    "SharedFolders", "SharedRandomData", "SummedLoss", "TrainingAverages",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ...codemod.vocabulary import Vocabulary
 from ..common import (
+    BatchNormStatistics,
     DownloadMainProcessFirst,
     EvaluationLoader,
     GlobalBatchSize,
@@ -70,6 +71,9 @@ VOCABULARY = Vocabulary(
                                 "pytorch_lightning.seed_everything", "lightning.fabric.seed_everything",
                                 "transformers.set_seed", "accelerate.utils.set_seed"}),
     tensor_packages=("torch",),
+    batchnorm_classes=frozenset({*(f"torch.nn.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d",
+                                                             "LazyBatchNorm2d", "LazyBatchNorm3d")),
+                                 *(f"torch.nn.modules.batchnorm.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"))}),
     object_prefixes=("torch.nn", "torch.utils", "torch.optim", "torch.distributions", "torchvision.datasets",
                      "torchvision.models"),
     save_calls=frozenset({"torch.save"}),
@@ -106,6 +110,7 @@ RULES = (
     TrainingAverages,
     GlobalBatchSize,
     SummedLoss,
+    BatchNormStatistics,
     ManualBatching,
     SameRandomInputs,
     SharedRandomData,
