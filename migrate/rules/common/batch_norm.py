@@ -44,7 +44,8 @@ class BatchNormStatistics(Rule):
     def _name(self, call: cst.Call) -> str:
         """``bn1`` of ``self.bn1 = nn.BatchNorm2d(64)``, else the class (``BatchNorm2d``)."""
         statement = self.q.statement_of(call)
-        if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Assign):
+        if (isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Assign)
+                and statement.body[0].value is call):
             target = statement.body[0].targets[0].target
             if isinstance(target, cst.Attribute):
                 return target.attr.value
