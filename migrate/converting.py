@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 
+from .converted_fast_path import quiet_conversion
 from .files import NotText, Source, check_text, kind_of
 from .findings import Conversion, ConversionError, Options
 from .frameworks import may_use_a_framework
@@ -94,13 +95,17 @@ def convert_source(source: bytes, path: str, options: Options) -> Outcome:
 
 
 def convert(source: bytes, path: str, options: Options) -> Conversion:
-    """The engine's conversion; a file naming no framework is returned as it is without loading the engine.
+    """The engine's conversion; a file naming no framework (nor a local module using one) is returned as it
+    is without loading the engine.
 
     libcst and the engine take about a quarter of a second to import: a pre-commit run on files
     that are not training code (most of them) never pays it, and ``--help`` never does.
     """
-    if not may_use_a_framework(source):
-        return Conversion(path=path, original=source, output=source)
+    if not may_use_a_framework(source) and not any(m.encode() in source for m, _ in options.local_frameworks):
+        return Conversion(path=path, original=source, output=source)  # (nor imports a local module that does)
+    quiet = quiet_conversion(source, path, options.framework)  # converted before, nothing to check: no libcst
+    if quiet is not None:
+        return quiet
     from .codemod.engine import convert as engine_convert
 
     return engine_convert(source, path, options)
