@@ -17,15 +17,22 @@ import textwrap
 import libcst as cst
 import pytest
 from fixture_cases import FIXTURES, options
+from libcst.metadata import MetadataWrapper
 from rule_testing import convert_text
 
 from dpmigrate.codemod import selfcheck
 from dpmigrate.codemod.engine import convert
+from dpmigrate.codemod.index import TreeIndex
 from dpmigrate.codemod.rule import Rule
 from dpmigrate.findings import Options
 from dpmigrate.frameworks import REGISTRY
 
 # --- 1. no converter-made divergence -----------------------------------------------------------------------------
+
+
+def _index(code: str) -> TreeIndex:
+    return TreeIndex(MetadataWrapper(cst.parse_module(code), unsafe_skip_copy=True))
+
 
 
 @pytest.mark.parametrize("code, found", [
@@ -36,9 +43,8 @@ from dpmigrate.frameworks import REGISTRY
     ("x = dp.barrier() if dp.is_main_process() else None\n", "dp.barrier(...) under `... if dp.is_main_process()`"),
 ])
 def test_a_collective_the_conversion_puts_under_a_rank_guard_is_found(code, found):
-    original = cst.parse_module("import torch\n")
     new = cst.parse_module("import torch\n" + code)
-    assert selfcheck.divergent_sites(new, original, "dp") == [found]
+    assert selfcheck.divergent_sites(new, _index("import torch\n"), "dp") == [found]
 
 
 @pytest.mark.parametrize("code", [
@@ -48,12 +54,12 @@ def test_a_collective_the_conversion_puts_under_a_rank_guard_is_found(code, foun
     "if args.verbose:\n    dp.save(m, 'x')\n",  # not a rank condition (the lint's business, not the engine's)
 ])
 def test_what_every_rank_reaches_is_not_a_divergence(code):
-    assert selfcheck.divergent_sites(cst.parse_module(code), cst.parse_module(""), "dp") == []
+    assert selfcheck.divergent_sites(cst.parse_module(code), _index(""), "dp") == []
 
 
 def test_unchanged_statements_are_not_read():
-    original = cst.parse_module("if dp.is_main_process():\n    dp.save(m, 'x')\n")
-    assert selfcheck.divergent_sites(original, original, "dp") == []  # the user's own code: the lint reports it
+    index = _index("if dp.is_main_process():\n    dp.save(m, 'x')\n")
+    assert selfcheck.divergent_sites(index.module, index, "dp") == []  # the user's own code: the lint reports it
 
 
 class _GuardsPrintsWithABarrier(Rule):
@@ -99,8 +105,7 @@ def test_a_plan_that_would_hang_the_job_is_rejected_and_the_rule_declined(monkey
 # --- 2. coverage ----------------------------------------------------------------------------------------------------
 
 
-def test_a_tf_loop_over_a_dataset_nothing_shards_is_declined():
-    result = convert_text("""
+TF_LOOP = """
         import tensorflow as tf
         ds = tf.data.Dataset.from_tensor_slices((tf.ones((64, 3)), tf.ones((64, 1)))).repeat().shuffle(64).batch(8)
         model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
@@ -110,10 +115,25 @@ def test_a_tf_loop_over_a_dataset_nothing_shards_is_declined():
                 loss = tf.reduce_mean((model(x) - y) ** 2)
             grads = tape.gradient(loss, model.trainable_variables)
             opt.apply_gradients(zip(grads, model.trainable_variables))
-    """)
+    """
+
+
+def test_a_tf_loop_over_a_dataset_nothing_shards_is_declined(monkeypatch):
+    # the TF rules follow this loop's data now; with the custom-loop rule missing (a rule that would miss the
+    # shape), the engine's own check must still decline the loop and the optimizer
+    rule_set = REGISTRY["tensorflow"].rule_set()
+    monkeypatch.setattr(rule_set, "RULES", tuple(r for r in rule_set.RULES if r.name != "tf-custom-loop"))
+    result = convert_text(TF_LOOP)
     coverage = [f for f in result.findings if f.rule == selfcheck.COVERAGE_RULE]
-    assert coverage and coverage[0].severity == "declined" and coverage[0].line == 6
+    assert [(f.severity, f.line) for f in coverage] == [("declined", 6), ("declined", 10)]
     assert "enumerate(ds.take(20), 1)" in coverage[0].message and "dp.distributed_loader" in coverage[0].fix
+    assert "`opt` steps here" in coverage[1].message
+
+
+def test_the_tf_rules_now_shard_that_loop_themselves():
+    result = convert_text(TF_LOOP)
+    assert not [f for f in result.findings if f.rule == selfcheck.COVERAGE_RULE]
+    assert [f.effect for f in result.findings if f.rule == "tf-custom-loop" and f.effect] == ["shard"]
 
 
 def test_an_optimizer_nothing_speaks_about_is_declined():

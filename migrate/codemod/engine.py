@@ -85,7 +85,8 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
         _run_rules(ctx, chosen, convert=convertible)
         if convertible:
             output, ctx = _emit_without_divergence(ctx, source, path, chosen)
-            if all(r in chosen for r in rule_set.RULES if r.about_training):  # (a rule the user turned off: theirs)
+            # (a rule the user turned off: theirs; a file left whole on purpose says why in its own declined finding)
+            if output != source and all(r in chosen for r in rule_set.RULES if r.about_training):
                 silent = {r.name for r in chosen if not r.about_training}
                 ctx.findings.extend(selfcheck.uncovered(ctx, [f for f in ctx.findings if f.rule not in silent]))
             if rule_set.VOCABULARY.data_loaders and options.local_modules:  # what it trains on that its modules build
@@ -199,7 +200,7 @@ def _emit_without_divergence(ctx: Context, source: bytes, path: str, rules: list
     those that changed the file, the latest first, until the output is clean; that rule's changes are reported as
     declined, with the divergence they would have made. If none helps, the file is left unchanged."""
     output, new = _emit(ctx, source, path)
-    problems = selfcheck.divergent_sites(new, ctx.module, ctx.alias) if new is not None else []
+    problems = selfcheck.divergent_sites(new, ctx.query.index, ctx.alias) if new is not None else []
     if not problems:
         return output, ctx
     changed = [r for r in reversed(rules) if any(f.rule == r.name and f.severity == "change" for f in ctx.findings)]
@@ -207,7 +208,7 @@ def _emit_without_divergence(ctx: Context, source: bytes, path: str, rules: list
         retry = ctx.fresh()
         _run_rules(retry, [r for r in rules if r is not culprit], convert=True)
         retried, new = _emit(retry, source, path)
-        if new is None or not selfcheck.divergent_sites(new, retry.module, retry.alias):
+        if new is None or not selfcheck.divergent_sites(new, retry.query.index, retry.alias):
             retry.findings.extend(_declined_by_self_check(ctx.findings, culprit.name, problems[0]))
             return retried, retry
     ctx.findings[:] = [*(f for f in ctx.findings if f.severity != "change"),
@@ -237,7 +238,7 @@ def _emit(ctx: Context, source: bytes, path: str) -> tuple[bytes, libcst.Module 
     new = apply(ctx.module, ctx.plan, ctx.query.index)
     if new is ctx.module:
         return source, None
-    new, removed = without_unused_imports(new, ctx.module)
+    new, removed = without_unused_imports(new, ctx.query.index)
     for statement, name in removed:
         start = ctx.positions[statement].start
         ctx.findings.append(Finding(path, start.line, start.column + 1, UNUSED_IMPORT_RULE, "change",

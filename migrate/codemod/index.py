@@ -53,6 +53,19 @@ class TreeIndex:
 
     # --- structure --------------------------------------------------------------------------------
 
+    def position(self, node: cst.CSTNode) -> int:
+        """``node``'s place in the module's pre-order (source order): compare nodes without computing positions."""
+        return self._order[id(node)]
+
+    def follows(self, node: cst.CSTNode, earlier: cst.CSTNode) -> bool:
+        """``node`` comes after the whole of ``earlier`` (its subtree) in source order."""
+        return self._order[id(node)] >= self.ends[self._order[id(earlier)]]
+
+    def is_original(self, node: cst.CSTNode) -> bool:
+        """``node`` is one of the module's own nodes (a plan's output reuses every subtree it did not change)."""
+        index = self._order.get(id(node))
+        return index is not None and self.nodes[index] is node
+
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         index = self._order.get(id(node))
         if index is None or self.nodes[index] is not node:

@@ -23,8 +23,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ..findings import Finding
+from .index import TreeIndex
 from .query import Query
 from .vocabulary import RUNTIME_COLLECTIVES
+from .walk import children, walk
 
 COVERAGE_RULE = "coverage"
 SELF_CHECK_RULE = "self-check"
@@ -35,23 +37,21 @@ _ITERATION_HELPERS = {"enumerate", "zip", "iter", "tqdm", "list", "tuple", "sort
 # --- 1. converter-made divergence ------------------------------------------------------------------------------
 
 
-def divergent_sites(new: cst.Module, original: cst.Module, alias: str) -> list[str]:
-    """``dp.save(...) under `if dp.is_main_process():` ...``: every runtime collective the changed statements
-    put inside a block that only some ranks (or one rank at a time) run."""
-    unchanged = {id(s) for s in original.body}
+def divergent_sites(new: cst.Module, index: TreeIndex, alias: str) -> list[str]:
+    """``dp.save(...) under `if dp.is_main_process():` ...``: every runtime collective the conversion put inside a
+    block that only some ranks (or one rank at a time) run. Only the nodes the plan made are read: an unchanged
+    subtree is the original's very object, and holds neither a guard nor a runtime call of the conversion."""
     found: list[str] = []
+    checker = _GuardedCollectives(alias, found, new)
     for statement in new.body:
-        if id(statement) not in unchanged:
-            statement.visit(_GuardedCollectives(alias, found, new))
+        if not index.is_original(statement):
+            checker.walk(statement, index, guard=None)
     return found
 
 
-class _GuardedCollectives(cst.CSTVisitor):
+class _GuardedCollectives:
     def __init__(self, alias: str, found: list[str], module: cst.Module) -> None:
-        super().__init__()
         self.alias, self.found, self.module = alias, found, module
-        self.guards: list[str | None] = []  # a rank guard's text, "" for other blocks, None at a function
-        self.entering: set[int] = set()
 
     def _runtime_call(self, node: cst.CSTNode, names: tuple[str, ...]) -> str | None:
         if (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
@@ -60,54 +60,27 @@ class _GuardedCollectives(cst.CSTVisitor):
             return node.func.attr.value
         return None
 
-    def _is_rank_test(self, test: cst.BaseExpression) -> bool:
-        return any(self._runtime_call(n, _RANK_TESTS) for n in _walk(test))
+    def _rank_test(self, test: cst.BaseExpression) -> bool:
+        return any(self._runtime_call(n, _RANK_TESTS) for n in walk(test))
 
-    def visit_If(self, node: cst.If) -> None:
-        self.guards.append(f"if {self.module.code_for_node(node.test)}" if self._is_rank_test(node.test) else "")
-
-    def leave_If(self, original_node: cst.If) -> None:
-        self.guards.pop()
-
-    def visit_IfExp(self, node: cst.IfExp) -> None:
-        self.guards.append(f"... if {self.module.code_for_node(node.test)}" if self._is_rank_test(node.test) else "")
-
-    def leave_IfExp(self, original_node: cst.IfExp) -> None:
-        self.guards.pop()
-
-    def visit_With(self, node: cst.With) -> None:
-        first = [i.item for i in node.items if self._runtime_call(i.item, ("main_process_first",))]
-        self.entering.update(id(item) for item in first)  # entering the block is every rank's, not inside it
-        self.guards.append(f"with {self.alias}.main_process_first()" if first else "")
-
-    def leave_With(self, original_node: cst.With) -> None:
-        self.guards.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.guards.append(None)  # a wall: a function body runs where it is called, not where it is defined
-        return True
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.guards.pop()
-
-    def visit_Call(self, node: cst.Call) -> None:
+    def walk(self, node: cst.CSTNode, index: TreeIndex, guard: str | None) -> None:
+        """Record runtime collectives under ``guard`` (the innermost rank guard around ``node``, or None)."""
+        if index.is_original(node):
+            return
+        if isinstance(node, cst.FunctionDef):
+            guard = None  # a function body runs where it is called, not where it is defined
         what = self._runtime_call(node, RUNTIME_COLLECTIVES)
-        guards = self.guards[:-1] if id(node) in self.entering else self.guards
-        guard = None
-        for g in reversed(guards):
-            if g is None:
-                break  # the function's own guards only
-            if g:
-                guard = g
-                break
         if what is not None and guard is not None:
             self.found.append(f"{self.alias}.{what}(...) under `{guard}`")
-
-
-def _walk(node: cst.CSTNode):
-    yield node
-    for child in node.children:
-        yield from _walk(child)
+        inner = guard
+        if isinstance(node, (cst.If, cst.IfExp)) and self._rank_test(node.test):
+            inner = ("... if " if isinstance(node, cst.IfExp) else "if ") + self.module.code_for_node(node.test)
+        elif isinstance(node, cst.With) and any(self._runtime_call(i.item, ("main_process_first",)) for i in node.items):
+            inner = f"with {self.alias}.main_process_first()"
+        for child in children(node):
+            entering = isinstance(node, cst.With) and isinstance(child, cst.WithItem)  # every rank enters the block
+            condition = isinstance(node, (cst.If, cst.IfExp)) and child is node.test  # every rank tests it
+            self.walk(child, index, guard if entering or condition else inner)
 
 
 # --- 2. coverage ----------------------------------------------------------------------------------------------------
@@ -118,8 +91,6 @@ def uncovered(ctx, findings: list[Finding]) -> list[Finding]:
     q: Query = ctx.query
     vocabulary = ctx.vocabulary
     spots = [(f.line, f.col) for f in findings if f.path == ctx.path]
-    if not spots and not findings:
-        return []
     coverage = _Coverage(ctx, spots)
     out: list[Finding] = []
     seen_loops: set[int] = set()
@@ -138,7 +109,8 @@ def uncovered(ctx, findings: list[Finding]) -> list[Finding]:
                     "dp.shard(...) (a sequence) where it is built, or tell dpmigrate about it by converting the module "
                     "that builds it"))
         owner = call.func.value if isinstance(call.func, cst.Attribute) else None
-        if (isinstance(owner, cst.Name) and call.func.attr.value in vocabulary.optimizer_step_methods
+        stepping = (*vocabulary.optimizer_step_methods, *vocabulary.backward_methods)  # (TF: apply_gradients)
+        if (isinstance(owner, cst.Name) and call.func.attr.value in stepping
                 and owner.value not in seen_optimizers and _looks_like_optimizer(owner.value)):
             seen_optimizers.add(owner.value)
             if not coverage.speaks_about_name(owner.value, call):
@@ -220,7 +192,7 @@ class _Coverage:
             return True
         names = names if names is not None else _names_in(expression)
         if not names:
-            return not any(isinstance(c, cst.Call) for c in _walk(expression)) or self._calls_only_builtins(expression)
+            return not any(isinstance(c, cst.Call) for c in walk(expression)) or self._calls_only_builtins(expression)
         q = self.q
         function = q.function_of(where)
         for name in names:
@@ -345,7 +317,7 @@ def _names_in(expression: cst.CSTNode) -> list[str]:
 
 
 def _called_functions(expression: cst.CSTNode) -> list[str]:
-    return [c.func.value for c in _walk(expression) if isinstance(c, cst.Call) and isinstance(c.func, cst.Name)]
+    return [c.func.value for c in walk(expression) if isinstance(c, cst.Call) and isinstance(c.func, cst.Name)]
 
 
 def _target_names(target: cst.BaseExpression) -> set[str]:

@@ -14,50 +14,82 @@ from collections import Counter
 
 import libcst as cst
 
+from .index import TreeIndex
+from .walk import children
 
-def without_unused_imports(new: cst.Module, original: cst.Module) -> tuple[cst.Module, list[tuple[cst.CSTNode, str]]]:
+
+def without_unused_imports(new: cst.Module, index: TreeIndex) -> tuple[cst.Module, list[tuple[cst.CSTNode, str]]]:
     """``new`` without the import aliases that only the replaced code used; (import statement, name) removed."""
-    unchanged = {id(s) for s in original.body}
-    changed_new = [s for s in new.body if id(s) not in unchanged]
-    kept_ids = {id(s) for s in new.body}
-    changed_old = [s for s in original.body if id(s) not in kept_ids]
-    before = _uses(changed_old)
-    after = _uses(changed_new)
-    total = _uses(original.body)
+    original = index.module
     bound = _imported_names(original)
-    gone = {name for name in bound if total[name] and before[name] and total[name] - before[name] + after[name] == 0}
+    if not bound:
+        return new, []
+    kept_ids = {id(s) for s in new.body}
+    before: Counter = Counter()
+    for statement in original.body:
+        if id(statement) not in kept_ids:  # a statement the plan changed: its uses before the change
+            before.update(_uses_in_index(index, bound, statement))
+    candidates = {name for name in bound if before[name]}
+    if not candidates:
+        return new, []
+    total = _uses_in_index(index, candidates)
+    after = _uses([s for s in new.body if not index.is_original(s)], candidates, index)
+    gone = {name for name in candidates if total[name] - before[name] + after[name] == 0}
     if not gone:
         return new, []
     removed: list[tuple[cst.CSTNode, str]] = []
     body = []
     for statement in new.body:
-        trimmed = _trim(statement, gone, removed) if id(statement) in unchanged else statement
+        trimmed = _trim(statement, gone, removed) if index.is_original(statement) else statement
         if trimmed is not None:
             body.append(trimmed)
     return new.with_changes(body=body), removed
 
 
-def _uses(statements) -> Counter:
-    """How often each name is read or written outside import statements."""
+def _uses(statements, names: set[str], index: TreeIndex | None = None) -> Counter:
+    """How often each of ``names`` is read or written in ``statements``, imports and attribute names aside. With
+    ``index``, an original subtree inside a new statement is counted from the index (it is not walked)."""
     counts: Counter = Counter()
-
-    class Names(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> bool:
-            return False
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-            return False
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)  # ``torch.save``: ``torch`` is a use, the attribute name ``save`` is not
-            return False
-
-        def visit_Name(self, node: cst.Name) -> None:
-            counts[node.value] += 1
-
-    for statement in statements:
-        statement.visit(Names())
+    stack = list(reversed(statements))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            continue
+        if index is not None and index.is_original(node):
+            counts.update(_uses_in_index(index, names, node))
+            continue
+        if isinstance(node, cst.Name):
+            if node.value in names:
+                counts[node.value] += 1
+            continue
+        if isinstance(node, cst.Attribute):
+            stack.append(node.value)  # ``torch.save``: ``torch`` is a use, the attribute name ``save`` is not
+            continue
+        stack.extend(reversed(children(node)))
     return counts
+
+
+def _uses_in_index(index: TreeIndex, names: set[str], root: cst.CSTNode | None = None) -> Counter:
+    """The same count over an original subtree (the whole module by default), from the index: no walk."""
+    counts: Counter = Counter()
+    for name in index.of_type(root if root is not None else index.module, cst.Name):
+        if name.value not in names:
+            continue
+        parent = index.parent(name)
+        if isinstance(parent, cst.Attribute) and parent.attr is name:
+            continue
+        if any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in _ancestors(index, name, 4)):
+            continue
+        counts[name.value] += 1
+    return counts
+
+
+def _ancestors(index: TreeIndex, node: cst.CSTNode, limit: int):
+    for _ in range(limit):
+        node = index.parent(node)
+        if node is None:
+            return
+        yield node
 
 
 def _imported_names(module: cst.Module) -> set[str]:

@@ -200,9 +200,8 @@ class DownloadMainProcessFirst(Rule):
         if not bound:
             return False
         scope = self.q.function_of(run[0]) or self.ctx.module
-        end = self.ctx.positions[run[-1]].end
-        return any(n.value in bound and (self.ctx.positions[n].start.line, self.ctx.positions[n].start.column) >=
-                   (end.line, end.column) for n in self.q.index.of_type(scope, cst.Name))
+        index = self.q.index
+        return any(n.value in bound and index.follows(n, run[-1]) for n in index.of_type(scope, cst.Name))
 
     def _first_on_node_only(self, statements):
         first = statements[0]

@@ -74,7 +74,7 @@ class SummedLoss(Rule):
         for assign in self.q.index.of_type(scope, cst.Assign):
             if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
                     and assign.targets[0].target.value == name and self.q.function_of(assign) is function
-                    and self.ctx.positions[assign].start.line <= self.ctx.positions[backward].start.line):
+                    and self.q.index.position(assign) < self.q.index.position(backward)):
                 assigned = assign
         return self._summed(assigned.value) if assigned is not None else None
 
