@@ -33,3 +33,25 @@ def test_a_test_an_and_could_short_circuit_is_declined_with_the_fix():
 def test_a_break_on_a_flag_or_the_loop_counter_is_left_alone():
     for condition in ("args.dry_run", "step > 10"):
         assert findings_of(convert_text(LOOP.format(condition=condition)), "local-stop") == [], condition
+
+
+def test_a_counter_the_loop_steps_by_one_is_the_same_on_every_rank():
+    # `step += 1` then `if step >= 40: break` needs no all-reduce (audit D7: it got one, with a wrong reason)
+    from rule_testing import convert_text, findings_of
+
+    result = convert_text("""
+        import torch
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = torch.utils.data.DataLoader(range(8), batch_size=2)
+        step = 0
+        while True:
+            for x in loader:
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+                step += 1
+                if step >= 40:
+                    break
+    """)
+    assert not findings_of(result, "local-stop") and "all_reduce" not in result.output.decode()

@@ -90,3 +90,21 @@ def test_a_file_the_main_process_writes_and_every_rank_reads_back_has_a_barrier_
     converted = convert_text(CLEAN_UP).output.decode()
     assert 'if dp.is_main_process():\n    plt.savefig("curve.png")\ndp.barrier()\npicture = Image.open("curve.png")\n' \
         in converted
+
+
+def test_a_wrapped_model_called_in_a_block_only_the_main_process_runs_is_called_unwrapped():
+    # DDP's forward broadcasts buffers: called on rank 0 alone it waits for the others (the job died, audit D6)
+    converted = convert_text("""
+        import torch
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in torch.utils.data.DataLoader(range(8), batch_size=2):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        with torch.no_grad():
+            with open("predictions.txt", "w") as f:
+                f.write(str(model(torch.ones(4, 4)).tolist()))
+    """).output.decode()
+    assert "f.write(str(dp.unwrap(model)(torch.ones(4, 4)).tolist()))" in converted
+    assert "    if dp.is_main_process():\n        with open(\"predictions.txt\", \"w\") as f:" in converted

@@ -18,8 +18,9 @@ class LocalStop(Rule):
     (the mean over the ranks: the global batch's loss, so one process and N ranks stop alike).
     Declined, with that fix: a test that is not a plain comparison directly in the loop's body (an
     ``and``/``or`` could skip the all-reduce on some ranks).
-    Leaves alone: conditions on flags and counters set outside the loop (``if args.dry_run: break``),
-    and rank conditions (``rank-divergent-code`` reports those).
+    Leaves alone: conditions on flags and counters set outside the loop (``if args.dry_run: break``), counters
+    the loop steps by a constant (``step += 1``: the same on every rank), and rank conditions
+    (``rank-divergent-code`` reports those).
     """
 
     name = "local-stop"
@@ -30,7 +31,8 @@ class LocalStop(Rule):
             return
         if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None:
             return
-        computed = set().union(*(self.q.assigned_names(s) for s in _statements(loop.body))) - _loop_targets(loop)
+        computed = (set().union(*(self.q.assigned_names(s) for s in _statements(loop.body))) - _loop_targets(loop)
+                    - _counters(loop))
         read = self.q.names_in(guard.test) & computed
         if not read:
             return
@@ -71,6 +73,35 @@ class LocalStop(Rule):
 
 def _statements(block: cst.BaseSuite):
     return block.body if isinstance(block, cst.IndentedBlock) else ()
+
+
+def _counters(loop: cst.For | cst.While) -> set[str]:
+    """Names the loop only ever steps by a constant (``step += 1``, ``n = n + 1``): the same on every rank."""
+    stepped: set[str] = set()
+    other: set[str] = set()
+
+    class Assignments(cst.CSTVisitor):
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            if isinstance(node.target, cst.Name):
+                constant = isinstance(node.value, (cst.Integer, cst.Float)) and isinstance(
+                    node.operator, (cst.AddAssign, cst.SubtractAssign))
+                (stepped if constant else other).add(node.target.value)
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            if isinstance(node.target, cst.Name):
+                other.add(node.target.value)
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            value = node.value
+            for target in node.targets:
+                if (isinstance(target.target, cst.Name) and isinstance(value, cst.BinaryOperation)
+                        and isinstance(value.operator, cst.Add) and isinstance(value.left, cst.Name)
+                        and value.left.value == target.target.value and isinstance(value.right, cst.Integer)):
+                    stepped.add(target.target.value)
+                    other.discard(target.target.value)
+
+    loop.body.visit(Assignments())
+    return stepped - other
 
 
 def _loop_targets(loop: cst.For | cst.While) -> set[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...codemod.models import Models
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
 
@@ -106,6 +107,7 @@ class MainProcessOutput(Rule):
         self.ctx.plan.group([node], self._guarded)
         self._guarded_blocks.add(id(node))
         self.report(opened[0], "change", "file written by the main process only (under `if dp.is_main_process():`)")
+        self._unwrap_model_calls(node)
         self._wait_before_reads(node, {self.code(a.value) for a in opened[0].args[:1]})
 
     def _disabled_off_main(self, updated: cst.Call) -> cst.Call:
@@ -134,6 +136,19 @@ class MainProcessOutput(Rule):
             self.ctx.plan.replace(exported, lambda updated: self.dp_call("unwrap", updated))
             what += f" on dp.unwrap({self.code(exported)}), the model as built"
         self.report(node, "change", f"{what} by the main process only (under `if dp.is_main_process():`)")
+
+    def _unwrap_model_calls(self, block: cst.With) -> None:
+        """A wrapped model called inside a block only the main process now runs: its wrapper's forward meets the
+        other ranks (DDP broadcasts buffers there), so the block calls the model itself, ``dp.unwrap(model)(...)``
+        (its weights are every rank's)."""
+        wrapped = {site.name for site in self.ctx.analysis(Models).sites if site.verdict in ("wrap", "attribute")}
+        for call in self.q.index.of_type(block, cst.Call):
+            func = call.func
+            name = self.code(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
+            if name in wrapped:
+                self.ctx.plan.replace(func, lambda updated: self.dp_call("unwrap", updated))
+                self.report(call, "change", f"{name}(...) inside the main process's block calls dp.unwrap({name}): the "
+                            "wrapped model's forward would wait for the other ranks")
 
     def _wait_before_reads(self, statement: cst.BaseStatement, paths: set[str]) -> None:
         """A file the main process now writes alone and a later statement of the same block reads back (a saved
