@@ -82,3 +82,27 @@ def test_windows_yielded_by_a_method_of_the_file_are_hand_batches_not_full_batch
         """
     )
     assert "batches its data by hand" in message and "full-batch" not in message
+
+
+def test_data_drawn_through_a_sampler_a_factory_made_is_fresh_per_rank_not_full_batch():
+    # torch audit D2: the note said "full batch, every rank the same gradients"; the global batch was N x (204 vs 102)
+    from rule_testing import convert_text, findings_of
+
+    result = convert_text("""
+        import numpy as np
+        import torch
+
+        def make_sampler(mu, s):
+            return lambda n: torch.tensor(np.random.normal(mu, s, (n, 1)), dtype=torch.float32)
+
+        sample = make_sampler(3.0, 1.0)
+        model = torch.nn.Linear(1, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(200):
+            x = sample(32)
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+    """)
+    [note] = findings_of(result, "manual-batching", "note")
+    assert "draws its data at random at every step, unseeded" in note.message

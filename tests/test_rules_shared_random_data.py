@@ -163,3 +163,34 @@ def test_a_draw_that_only_feeds_a_file_the_main_process_writes_is_not_broadcast(
             out.write(str(token.item()))
     """).output.decode()
     assert "dp.broadcast" not in converted
+
+
+def test_a_dataset_class_a_random_split_and_an_in_place_shuffle_are_shared():
+    # torch audit D1, D4, D5: each rank trained on its own data set, split or validation set
+    converted = convert_text("""
+        import numpy as np
+        import torch
+        from torch.utils.data import DataLoader, Dataset, random_split
+
+        class Noise(Dataset):
+            def __init__(self, n):
+                self.x = torch.randn(n, 8)
+            def __len__(self):
+                return len(self.x)
+            def __getitem__(self, i):
+                return self.x[i]
+
+        full = Noise(600)
+        train_set, val_set = random_split(full, [500, 100])
+        order = np.arange(500)
+        np.random.shuffle(order)
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in DataLoader(train_set, batch_size=32):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+    """).output.decode()
+    assert "        self.x = dp.broadcast(torch.randn(n, 8))\n" in converted
+    assert "train_set, val_set = dp.broadcast(random_split(full, [500, 100]))\n" in converted
+    assert "np.random.shuffle(order)\norder = dp.broadcast(order)\n" in converted

@@ -69,3 +69,28 @@ def test_paddle_makes_the_same_decision():
             opt.clear_grad()
     """, batch="global").output.decode()
     assert "    (loss * dp.world_size()).backward()\n" in converted
+
+
+def test_a_vae_loss_returned_by_a_helper_and_the_legacy_size_average_are_found():
+    # audit D3: both VAEs trained at 1/N of the step (measured 0.5x with SGD), the inline form only was caught
+    helper = """
+        import torch
+        import torch.nn.functional as F
+
+        def loss_function(recon, x, mu, logvar):
+            bce = F.binary_cross_entropy(recon, x, reduction="sum")
+            kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
+            return bce + kld
+
+        model = torch.nn.Linear(3, 3)
+        opt = torch.optim.Adam(model.parameters())
+        for x in torch.utils.data.DataLoader(range(8), batch_size=4):
+            opt.zero_grad()
+            recon = model(x)
+            loss = loss_function(recon, x, recon, recon)
+            loss.backward()
+            opt.step()
+    """
+    assert "    (loss * dp.world_size()).backward()\n" in convert_text(helper, batch="global").output.decode()
+    legacy = TORCH.format(loss="F.binary_cross_entropy(model(x), x, size_average=False)")
+    assert "(loss * dp.world_size()).backward()" in convert_text(legacy, batch="global").output.decode()

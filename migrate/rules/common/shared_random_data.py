@@ -18,6 +18,7 @@ NUMPY_DRAWS = frozenset(f"numpy.random.{n}" for n in (
 _SEEDS = {"random.seed": "python", "numpy.random.seed": "numpy"}
 _LOOPS = (cst.For, cst.While)
 _OWN_GENERATOR = ("generator", "seed", "random_state", "rng", "key")
+_IN_PLACE = {"numpy.random.shuffle", "random.shuffle"}
 
 
 class SharedRandomData(Rule):
@@ -34,8 +35,11 @@ class SharedRandomData(Rule):
               x = np.random.random((2048, 100)).astype("float32")  ->  x = dp.broadcast(np.random.random(...)...)
               train_rows = make_rows(800)  (a helper looping random.randint)  ->  train_rows = dp.broadcast(make_rows(800))
               rows = []; for i in range(n): rows.append(random.random())  ->  ... then rows = dp.broadcast(rows)
+    Also a data set class's ``__init__`` drawing its samples (``self.x = torch.randn(n, 8)``), a random split
+    (``random_split(full, [500, 100])``) and an in-place shuffle of indices (``np.random.shuffle(order)``, then
+    ``order = dp.broadcast(order)``).
     Leaves alone: draws after a seed of their generator (every rank then draws the same), draws a training loop
-    makes or calls (fresh data per step is what data parallelism splits), draws inside classes (model
+    makes or calls (fresh data per step is what data parallelism splits), draws inside other classes (model
     initialisation, which the framework broadcasts), draws inside a ``with open(..., "w")`` block (its file
     is written by the main process only), and values that are not data (a loader built around a draw).
     """
@@ -98,7 +102,9 @@ class SharedRandomData(Rule):
     def _drawn_once(self, call: cst.Call) -> bool:
         """Not in a class, a lambda or a file-writing block; its function not called by a loop."""
         for ancestor in self.q.ancestors(call):
-            if isinstance(ancestor, (cst.ClassDef, cst.Lambda)):
+            if isinstance(ancestor, cst.ClassDef) and not self._in_dataset_init(call, ancestor):
+                return False
+            if isinstance(ancestor, cst.Lambda):
                 return False
             if isinstance(ancestor, cst.With) and any(
                     isinstance(i.item, cst.Call) and _opens_for_writing(self.q, i.item) for i in ancestor.items):
@@ -107,13 +113,29 @@ class SharedRandomData(Rule):
         if function is None:
             return True
         name = function.name.value
+        if self._dataset_of(function) is not None:
+            return True  # a data set's constructor: built once, before training
         return name in self.q.module_functions() and not self._called_in_a_loop(name)
+
+    def _dataset_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
+        """The data set class whose ``__init__`` ``function`` is (``class Noise(Dataset)``: its samples drawn there)."""
+        owner = self.q.parent(self.q.parent(function))
+        if function.name.value != "__init__" or not isinstance(owner, cst.ClassDef):
+            return None
+        bases = [self.code(b.value).rsplit(".", 1)[-1] for b in owner.bases]
+        return owner if any(b in ("Dataset", "IterableDataset", "TensorDataset") for b in bases) else None
+
+    def _in_dataset_init(self, call: cst.Call, cls: cst.ClassDef) -> bool:
+        function = self.q.function_of(call)
+        return function is not None and self._dataset_of(function) is cls
 
     # --- where the draw becomes data ---------------------------------------------------------------
 
     def _share(self, call: cst.Call) -> None:
         function = self.q.function_of(call)
         loop = next((a for a in self.q.ancestors(call) if isinstance(a, _LOOPS)), None)
+        if loop is None and self._shuffled_in_place(call):
+            return
         if loop is None:
             assign = self._assignment_of(call)
             if assign is not None and self._is_data(assign.value, call):
@@ -124,11 +146,27 @@ class SharedRandomData(Rule):
         if function is not None and not self.q.trains(function) and not self._builds_loaders(function):
             self._share_results_of(function.name.value, call)
 
+    def _shuffled_in_place(self, call: cst.Call) -> bool:
+        """``np.random.shuffle(order)`` as a statement of its own: ``order = dp.broadcast(order)`` after it (a random
+        split made by shuffling indices is rank 0's on every rank)."""
+        statement = self.q.statement_of(call)
+        first = call.args[0].value if call.args else None
+        if not (self.q.is_call_to(call, _IN_PLACE) and isinstance(first, cst.Name)
+                and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call):
+            return False
+        if id(statement) not in self._done:
+            self._done.add(id(statement))
+            self.ctx.plan.insert_after(statement, self.statement(f"{first.value} = {{dp}}.broadcast({first.value})\n"))
+            self.report(call, "change", f"`{first.value}` is shuffled at random once, with no seed: dp.broadcast after it "
+                        "gives every rank rank 0's order, as the single process had one")
+        return True
+
     def _assignment_of(self, call: cst.Call) -> cst.Assign | None:
         statement = self.q.statement_of(call)
         if (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
                 and isinstance(statement.body[0], cst.Assign) and len(statement.body[0].targets) == 1
-                and isinstance(statement.body[0].targets[0].target, (cst.Name, cst.Tuple))):
+                and isinstance(statement.body[0].targets[0].target, (cst.Name, cst.Tuple, cst.Attribute))):
             return statement.body[0]
         return None
 

@@ -21,9 +21,11 @@ class SummedLoss(Rule):
     did, and the average of those sums has the original's scale: nothing to do.
     Example (--batch global):  loss = F.mse_loss(out, y, reduction="sum")    (or (out - y).pow(2).sum())
                                loss.backward()  ->  (loss * dp.world_size()).backward()
-    A summed loss is ``reduction="sum"`` given to a loss of the framework (a function, or a loss object built
-    with it), or a ``.sum()`` / ``torch.sum(x)`` over everything, possibly times a constant; the one whose name
-    a ``.backward()`` in the same function reads (also through ``scaler.scale(loss)``).
+    A summed loss is ``reduction="sum"`` (or the legacy ``size_average=False``) given to a loss of the framework
+    (a function, or a loss object built with it), or a ``.sum()`` / ``torch.sum(x)`` over everything, possibly
+    times a constant, a sum of such terms (a VAE's reconstruction plus KL), or what a helper of the file returns
+    when it returns one; the one whose name a ``.backward()`` in the same function reads (also through
+    ``scaler.scale(loss)``).
     Leaves alone: a sum divided by anything (a mean over the rank's batch, which averages right); sums over a
     ``dim``/``axis``; losses it cannot trace to their definition.
     """
@@ -78,16 +80,30 @@ class SummedLoss(Rule):
                 assigned = assign
         return self._summed(assigned.value) if assigned is not None else None
 
-    def _summed(self, value: cst.BaseExpression) -> str | None:
+    def _summed(self, value: cst.BaseExpression, depth: int = 0) -> str | None:
+        """How ``value`` sums over the batch: a summed loss, a constant times one, a sum or difference of summed
+        terms (a VAE's reconstruction sum plus its summed KL term), or what a function of the file returns."""
+        if depth > 3:
+            return None
+        if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+            return self._summed(value.expression, depth + 1)
         if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
             if isinstance(value.right, (cst.Integer, cst.Float)):
-                return self._summed(value.left)
-            if isinstance(value.left, (cst.Integer, cst.Float)):
-                return self._summed(value.right)
+                return self._summed(value.left, depth + 1)
+            if isinstance(value.left, (cst.Integer, cst.Float)) or (
+                    isinstance(value.left, cst.UnaryOperation) and isinstance(value.left.expression, (cst.Integer, cst.Float))):
+                return self._summed(value.right, depth + 1)
             return None
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, (cst.Add, cst.Subtract)):
+            left, right = self._summed(value.left, depth + 1), self._summed(value.right, depth + 1)
+            return f"{left} + {right}" if left and right else None
         if not isinstance(value, cst.Call):
             return None
-        if _reduction_sum(value) and self._a_framework_loss(value.func):
+        if isinstance(value.func, cst.Name) and value.func.value in self.q.module_functions():
+            returned = self._returned_sum(self.q.module_functions()[value.func.value], depth)
+            if returned:
+                return f"{value.func.value}(...) returns {returned}"
+        if (_reduction_sum(value) or _size_average_false(value)) and self._a_framework_loss(value.func):
             return 'reduction="sum"'
         if isinstance(value.func, cst.Attribute) and value.func.attr.value in _SUM_METHODS and not value.args:
             return ".sum()"
@@ -97,6 +113,38 @@ class SummedLoss(Rule):
         if isinstance(value.func, cst.Name) and self._built_summing(value.func.value, value):
             return f'{value.func.value}, built with reduction="sum"'
         return None
+
+    def _returned_sum(self, function: cst.FunctionDef, depth: int) -> str | None:
+        """What a helper returns, when every ``return`` of it is a sum over the batch (read through its own
+        assignments: ``bce = F.binary_cross_entropy(..., reduction="sum"); return bce + kld``)."""
+        returns = [r for r in self.q.index.of_type(function, cst.Return) if r.value is not None]
+        if not returns:
+            return None
+        found = []
+        for r in returns:
+            value = r.value
+            if isinstance(value, cst.BinaryOperation) or isinstance(value, cst.Name):
+                value = self._inlined(value, function)
+            summed = self._summed(value, depth + 1)
+            if summed is None:
+                return None
+            found.append(summed)
+        return found[0]
+
+    def _inlined(self, value: cst.BaseExpression, function: cst.FunctionDef) -> cst.BaseExpression:
+        """``bce + kld`` with each name replaced by its (only) assignment in ``function``."""
+        assigned: dict[str, cst.BaseExpression] = {}
+        for assign in self.q.index.of_type(function, cst.Assign):
+            if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+                name = assign.targets[0].target.value
+                assigned[name] = assign.value if name not in assigned else None
+
+        class Inline(cst.CSTTransformer):
+            def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+                found = assigned.get(original.value)
+                return found if found is not None else updated
+
+        return value.visit(Inline())
 
     def _a_framework_loss(self, func: cst.BaseExpression) -> bool:
         return any(self.q.named_under(func, p) for p in self.vocabulary.tensor_packages)
@@ -115,6 +163,12 @@ class SummedLoss(Rule):
                         and (scope is not None or self.q.function_of(assign) is None)):
                     return _reduction_sum(assign.value) and self._a_framework_loss(assign.value.func)
         return False
+
+
+def _size_average_false(call: cst.Call) -> bool:
+    """The legacy ``size_average=False`` (a sum over the batch, before ``reduction=`` existed)."""
+    arg = argument(call, None, "size_average")
+    return arg is not None and isinstance(arg.value, cst.Name) and arg.value.value == "False"
 
 
 def _reduction_sum(call: cst.Call) -> bool:
