@@ -77,6 +77,8 @@ class Comparison:
     notes: list[str] = dataclasses.field(default_factory=list)
 
 
+_ADAPTIVE = ("Adam", "RMSprop", "RMSProp", "Adagrad", "Adadelta", "Adamax", "Lamb", "Lion", "Adafactor")
+ROUNDING_SIZE = 1e-3  # an adaptive optimizer's float32 rounding stays below this after a few steps
 UPDATE_TOLERANCE = 0.05  # a step's update may differ from the original's by 5 % of it (float32 noise is far below)
 UPDATE_FLOOR = 2e-5  # updates smaller than this share of the weights are too small to compare that way (float32's
 # rounding and reduction order move the weights by about 1e-7 of their size: under 1 % of an update this large)
@@ -298,6 +300,13 @@ def _divergence_causes(first: Difference, worst: Difference, factor: Cause | Non
             "BatchNormalization(synchronized=True)) where your devices support it, or accept the difference")))
     if data.other and data.other[0] <= first.step and factor is None and shares is None:
         causes.append(_data_cause(data))
+    adaptive = [k for k in one.optimizer_kinds if any(a in k for a in _ADAPTIVE)]
+    if not causes and not already and adaptive and worst.value < ROUNDING_SIZE:
+        causes.append(Cause("adaptive-rounding", (
+            f"the optimizer ({adaptive[0]}) scales each step by the gradients' own size, so float32 rounding of gradients "
+            f"near zero (summed in another order over N ranks) becomes a visible weight difference ({worst.value:.1g} in "
+            f"{worst.parameter}); with plain SGD or in float64 the same conversion compares at 1e-10 when it is right. "
+            "Verify with SGD (or float64) to tell a fault from rounding")))
     drawing = [s for s in one.random_steps if s >= 2]  # (step 1 is not told apart from the model's initialisation)
     if not causes and not already and drawing:
         causes.append(Cause("random-draws", (
@@ -314,7 +323,7 @@ def _divergence_causes(first: Difference, worst: Difference, factor: Cause | Non
 
 
 def _data_cause(data: DataCheck) -> Cause:
-    if data.batch_differs:
+    if data.batch_differs and all(r == data.sizes[0] for r in data.sizes[1]):
         original, ranks = data.sizes
         return Cause("global-batch", (
             f"the converted job consumes {sum(ranks)} samples per step ({' + '.join(map(str, ranks))}), the original "

@@ -70,6 +70,7 @@ class Record:
     changes: list[str]  # what the harness did to the run ("dropout off: 2 Dropout layers")
     child_processes: bool = False  # a process forked from the script's stepped an optimizer (not recorded)
     random_steps: list[int] = dataclasses.field(default_factory=list)  # steps that drew from a global generator
+    optimizer_kinds: list[str] = dataclasses.field(default_factory=list)  # the class of each optimizer that stepped
     schema: str = SCHEMA
 
     def write(self, folder: Path) -> None:

@@ -35,8 +35,9 @@ class Outcome:
 
 
 def render_text(o: Outcome) -> str:
+    steps = "every optimizer step" if o.steps == 0 else f"{o.steps} optimizer step{'s' if o.steps != 1 else ''}"
     lines = [f"dpmigrate verify: {o.script} ({o.framework}): the original on 1 process against the conversion on "
-             f"{o.nproc}, {o.steps} optimizer step{'s' if o.steps != 1 else ''}"]
+             f"{o.nproc}, {steps}"]
     if o.conversion:
         lines.append(f"  conversion: {o.conversion}")
     c = o.comparison

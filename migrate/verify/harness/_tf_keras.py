@@ -190,7 +190,7 @@ def _record_train_step(tf, recorder, model) -> None:
     step = model.train_step
 
     def take(*leaves):
-        recorder.consumed(list(leaves), "step")
+        recorder.consumed_from(lambda: list(leaves), "step")
         return np.int32(0)
 
     def train_step(data):

@@ -66,6 +66,7 @@ class Recorder:
         self._readers: list[Callable[[], object]] = []
         self._optimizers: list[object] = []  # kept alive: their ids must stay theirs
         self._steps_done: list[Callable[[], int]] = []  # each tracked optimizer's completed steps
+        self.optimizer_kinds: list[str] = []  # their classes' names (Adam's steps amplify float rounding)
         self.snapshots: list[int] = []
         self.completed = 0
         self._pending: list[tuple[str, int, dict[str, list[str]]]] = []
@@ -93,6 +94,7 @@ class Recorder:
             if not any(o is optimizer for o in self._optimizers):
                 index = len(self._optimizers)
                 self._optimizers.append(optimizer)
+                self.optimizer_kinds.append(getattr(optimizer, "_dpmigrate_kind", None) or type(optimizer).__name__)
                 try:
                     described = describe()
                 except Exception as e:  # never break the script's step: the record says what went wrong
@@ -129,6 +131,23 @@ class Recorder:
             with self._lock:
                 self._pending.append((source, stream, rows))
 
+    def consumed_from(self, make: Callable[[], object], source: str, stream: int = 0, dims: int = 1) -> None:
+        """:meth:`consumed` of what ``make()`` gives: an input the harness cannot read (a sparse tensor, an object
+        of the script's own) is said in the report, never raised into the script's step."""
+        if self.finished or self._in_child():
+            return
+        try:
+            batch = make()
+        except Exception as e:
+            self.changed(f"an input not fingerprinted ({type(e).__name__}): the split is proven without it")
+            return
+        self.consumed(batch, source, stream, dims)
+
+    def rebase_random(self) -> None:
+        """The generators' state now is the baseline: a draw the harness knows to be no training randomness (a
+        DataLoader's seed for a new epoch's workers) is not taken for random draws in a step."""
+        self._last_random = None if self._last_random is None else self._random_digest()
+
     def boundary(self, completed: int, pending: bool) -> None:
         """The optimizers have completed ``completed`` steps together (:meth:`steps_total`). ``pending``: the inputs
         seen since the last boundary belong to the step about to be applied (a pre-step hook), else to the last one."""
@@ -145,7 +164,7 @@ class Recorder:
             self.completed = completed
             if completed not in self.snapshots:
                 self._snapshot(completed)
-            if completed >= self.wanted:
+            if self.wanted and completed >= self.wanted:  # (wanted 0: every step, to the script's end)
                 self.finish("steps")
         if self.finished:
             leave(self)
@@ -153,6 +172,12 @@ class Recorder:
     def _note_random_draws(self, step: int) -> None:
         """Whether Python's, NumPy's or the framework's global generator advanced since the last boundary: random
         draws inside training (noise, masking, augmentation), which differ between 1 process and N ranks."""
+        now = self._random_digest()
+        if self._last_random is not None and now != self._last_random and step >= 1 and step not in self.random_steps:
+            self.random_steps.append(step)
+        self._last_random = now
+
+    def _random_digest(self) -> bytes:
         import hashlib
         import random
 
@@ -165,10 +190,7 @@ class Recorder:
                 digest.update(state())
             except Exception:
                 pass
-        now = digest.digest()
-        if self._last_random is not None and now != self._last_random and step >= 1 and step not in self.random_steps:
-            self.random_steps.append(step)
-        self._last_random = now
+        return digest.digest()
 
     def _in_child(self) -> bool:
         """A process forked from the script's (Hogwild, a DataLoader worker) records nothing; it leaves a mark
@@ -245,7 +267,7 @@ class Recorder:
                 rank=self.rank, world_size=self.world_size, framework=self.framework, parameters=self.parameters,
                 snapshots=sorted(self.snapshots), steps=last, optimizers=len(self._optimizers),
                 inputs=steps_inputs, stop=reason, batchnorm=self.batchnorm, changes=list(self.changes),
-                random_steps=[s for s in self.random_steps if s <= last],
+                random_steps=[s for s in self.random_steps if s <= last], optimizer_kinds=self.optimizer_kinds,
                 child_processes=(self.folder / CHILD_MARK).exists())
             record.write(self.folder)
 

@@ -56,13 +56,15 @@ def rows(batch, dims: int = 1) -> dict[str, list[str]]:
 
     ``batch`` is one array or a list of them (a sample's features and labels): a sample's hash along
     dimension 0 covers every array with the batch's length, so two ranks that read the same images with
-    different labels read different samples. Dimension 1 (time-major inputs) is the first array's."""
+    different labels read different samples. Dimension 1 (time-major inputs) is the first array's. A batch whose
+    arrays have different lengths has no per-sample rows: nothing is recorded for it."""
     import numpy as np
 
     leaves = [np.ascontiguousarray(a) for a in (batch if isinstance(batch, (list, tuple)) else [batch])]
     leaves = [a for a in leaves if a.ndim > 0]
-    if not leaves:
-        return {}
+    if not leaves or len({len(a) for a in leaves}) > 1:
+        return {}  # arrays of different lengths (a collate_fn packing the samples' tokens end to end): no samples
+        # to tell apart, so nothing is claimed about the split
     first = leaves[0]
     out = {}
     for dim in range(min(dims, MAX_DIMS, first.ndim)):

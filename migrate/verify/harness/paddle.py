@@ -126,7 +126,7 @@ class _Layers:
             return
         self.roots[id(layer)] = weakref.ref(layer)
         if model.training:
-            self.recorder.consumed(first_array([*inputs, *kwargs.values()], self.convert), "model", dims=2)
+            self.recorder.consumed_from(lambda: first_array([*inputs, *kwargs.values()], self.convert), "model", dims=2)
 
     def models(self) -> list:
         """The live script layers (wrappers removed), once each, in the order they were first called."""
@@ -390,7 +390,7 @@ def _record_loader_batches(paddle, recorder) -> None:
         def next_batch(self):
             batch = original(self)
             if not recorder.finished:
-                recorder.consumed(arrays(batch, convert), "loader", stream=stream_of(self._dataset))
+                recorder.consumed_from(lambda: arrays(batch, convert), "loader", stream=stream_of(self._dataset))
             return batch
         return next_batch
 

@@ -35,7 +35,7 @@ def install(torch, recorder) -> None:
 
 def _to_numpy(torch):
     def convert(value):
-        if isinstance(value, torch.Tensor) and value.dim() > 0:
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.layout == torch.strided:  # not sparse
             tensor = value.detach().cpu()
             if tensor.dtype in (torch.bfloat16, torch.float16):
                 tensor = tensor.float()
@@ -63,7 +63,7 @@ class _Models:
             if module.training and not self.recorder.finished:
                 from .fingerprint import first_array
 
-                self.recorder.consumed(first_array(args, self.convert), "model", dims=2)
+                self.recorder.consumed_from(lambda: first_array(args, self.convert), "model", dims=2)
         self.depth += 1
 
     def _leave(self, module, args, output):
@@ -299,10 +299,18 @@ def _record_loader_batches(torch, recorder) -> None:
                 key = next(counter)
                 if _weakrefable(loader):
                     streams[loader] = key
-            recorder.consumed(arrays(batch, convert), "loader", stream=key)
+            recorder.consumed_from(lambda: arrays(batch, convert), "loader", stream=key)
         return batch
 
     dataloader._BaseDataLoaderIter.__next__ = next_batch
+    create = dataloader._BaseDataLoaderIter.__init__
+
+    @functools.wraps(create)
+    def new_iterator(self, loader):
+        create(self, loader)
+        recorder.rebase_random()  # its draw of the workers' base seed is not training randomness
+
+    dataloader._BaseDataLoaderIter.__init__ = new_iterator
 
 
 def _weakrefable(value) -> bool:
