@@ -13,7 +13,8 @@ import textwrap
 import pytest
 from fixture_cases import FIXTURES, options
 
-from dpmigrate.codemod.engine import DETECT_RULE, convert
+from dpmigrate.codemod import selfcheck
+from dpmigrate.codemod.engine import DETECT_RULE, UNUSED_IMPORT_RULE, convert
 from dpmigrate.findings import Options
 from dpmigrate.frameworks import REGISTRY
 
@@ -78,7 +79,8 @@ MIXED = {
 
 def _rules_that_apply(framework: str, generation: str) -> set[str]:
     rule_set = REGISTRY[framework].rule_set()
-    return {r.name for r in rule_set.RULES if r.applies_to(generation, rule_set.VOCABULARY)} | {DETECT_RULE}
+    engine = {DETECT_RULE, UNUSED_IMPORT_RULE, selfcheck.COVERAGE_RULE, selfcheck.SELF_CHECK_RULE}  # (the engine's own)
+    return {r.name for r in rule_set.RULES if r.applies_to(generation, rule_set.VOCABULARY)} | engine
 
 
 def _assert_agrees(conversion, framework: str) -> None:

@@ -328,6 +328,7 @@ def test_paddle_vision_datasets_download_on_the_main_process_first():
         net = paddle.nn.Linear(2, 1)
         opt = paddle.optimizer.SGD(parameters=net.parameters())
         net(paddle.ones([1, 2])).sum().backward()
+        print(len(train))
         ''')
     assert 'with dp.main_process_first():\n    train = Cifar10(mode="train")' in result.output.decode()
 
