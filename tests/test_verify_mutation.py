@@ -36,6 +36,8 @@ MUTATION = textwrap.dedent('''
 CASES = {
     "torch": (FIXTURES / "torch" / "synthetic_mnist", ["--batch-size", "32"]),
     "paddle": (FIXTURES / "paddle" / "mlp_sgd", ["--batch-size", "32"]),
+    "tensorflow": (FIXTURES / "tensorflow" / "custom_loop_tape", ["--batch-size", "32"]),  # a custom loop: the runtime
+    # shards its dataset (fit's data is the strategy's to shard, not the runtime's)
 }
 
 
