@@ -34,22 +34,21 @@ from . import __version__
 from .config import CHOICES, Config, ConfigError
 from .config import load as load_config
 from .converting import Outcome, convert_all, convert_path, convert_source
+from .copies import clashing_copies, copies_onto_sources, copy_local_modules
 from .files import Exclude, PathError, Source, discover
 from .findings import Conversion, Options
+from .local_modules import scan as scan_local_modules
 from .progress import Progress, is_terminal
 from .project import (
-    downloading_functions,
     held_helpers,
     hold,
-    imported_by_others,
-    local_module_names,
     read_as_local_module,
     training_hints,
 )
 from .report import Failure, FileResult, policy_line, render_json, render_text
 from .runtime.atomic import remove_stale_temporaries
 from .stopping import Interrupted, interruptible
-from .writing import WriteError, check_replaceable, copy_destination, same_file, write_atomic
+from .writing import WriteError, check_replaceable, write_atomic, write_copy
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -140,21 +139,20 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
     except PathError as exc:
         print(f"dpmigrate: error: {exc}", file=sys.stderr)
         return 2
-    if args.output_dir and (clash := _clashing_copies(sources)):
+    if args.output_dir and (clash := clashing_copies(sources)):
         print(f"dpmigrate: error: -o {args.output_dir}: {clash}; convert them in separate runs", file=sys.stderr)
         return 2
-    if args.output_dir and (own := _copies_onto_sources(sources, args.output_dir)):
+    if args.output_dir and (own := copies_onto_sources(sources, args.output_dir)):
         print(f"dpmigrate: error: -o {args.output_dir}: {own}; nothing was written. Choose a folder other than the "
               "sources' own, or drop -o to convert in place", file=sys.stderr)
         return 2
-    fetching = downloading_functions(s.path for s in sources)
-    local = local_module_names(s.path for s in sources)
-    if fetching or local:  # a script calling its local modules: their loaders and downloads are followed
-        options = dataclasses.replace(options, downloading_functions=fetching, local_modules=local)
+    modules = scan_local_modules(s.path for s in sources)
+    if modules.names:  # a script calling its local modules: their loaders, downloads and framework are followed
+        options = dataclasses.replace(options, **modules.options())
     with Progress(len(sources), sys.stderr) as progress, \
             contextlib.closing(convert_all(sources, options, args.jobs)) as outcomes:
         # a module another file of the run imports waits: if that file is left alone, so is the module
-        imported = imported_by_others(s.path for s in sources) if len(sources) > 1 else set()
+        imported = modules.imported
         waiting, left_alone, trainers = [], [], []
         for source, outcome in zip(sources, outcomes):
             conversion = outcome.conversion
@@ -184,6 +182,9 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
                     outcome = dataclasses.replace(outcome, conversion=read_as_local_module(outcome.conversion, hint))
                 _record(results, _apply(source, outcome, args, color, progress), progress)
                 sources = [*sources, source]
+        if args.output_dir:  # the local modules the copies import, unchanged: a copy runs as it is
+            for failure in copy_local_modules(sources, modules.needed, results, args.output_dir, progress.say):
+                _record(results, failure, progress)
     order = {s.path: i for i, s in enumerate(sources)}
     results.sort(key=lambda r: order.get(r.path, len(order)))
     return _exit_code(results, reported=_write_report(results, args, mode, options))
@@ -282,24 +283,6 @@ def _convert_stdin(args: argparse.Namespace, options: Options, exclude: Exclude,
     return _exit_code(results, reported=_write_report(results, args, mode, options))
 
 
-def _clashing_copies(sources: Sequence[Source]) -> str | None:
-    """Two inputs that -o would write to the same copy (``a/train.py`` and ``b/train.py`` given as files)."""
-    seen: dict[str, str] = {}
-    for source in sources:
-        other = seen.setdefault(os.path.normcase(source.relative), source.path)
-        if other != source.path:
-            return f"{other} and {source.path} would both be written to {source.relative}"
-    return None
-
-
-def _copies_onto_sources(sources: Sequence[Source], output_dir: str) -> str | None:
-    """A source that -o would replace by its own copy (``-o .`` in the sources' folder), named."""
-    for source in sources:
-        if same_file(source.path, os.path.join(output_dir, source.relative)):
-            return f"the copy of {source.path} would replace the source itself"
-    return None
-
-
 def _apply(source: Source, outcome: Outcome, args: argparse.Namespace, color: bool, progress: Progress) -> FileResult:
     """Show, write or copy one converted file, as the mode says; reduce it to a small FileResult."""
     conversion = outcome.conversion
@@ -308,9 +291,7 @@ def _apply(source: Source, outcome: Outcome, args: argparse.Namespace, color: bo
     result = FileResult(source.path, conversion.changed, conversion.framework, conversion.findings)
     try:
         if args.output_dir:
-            destination = copy_destination(args.output_dir, source.relative)
-            check_replaceable(destination, folder_only=True, follow_symlinks=False)
-            write_atomic(destination, conversion.output, like=source.path, follow_symlinks=False)
+            destination = write_copy(args.output_dir, source.relative, conversion.output, like=source.path)
             if conversion.changed:
                 progress.say(f"Rewriting {source.path} -> {destination}")
         elif args.diff and conversion.changed:

@@ -23,6 +23,7 @@ from .converted_fast_path import quiet_conversion
 from .files import NotText, Source, check_text, kind_of
 from .findings import Conversion, ConversionError, Options
 from .frameworks import may_use_a_framework
+from .local_modules import imports_one_of
 from .notebooks import is_notebook
 from .report import Failure
 from .stopping import worker_init
@@ -101,7 +102,7 @@ def convert(source: bytes, path: str, options: Options) -> Conversion:
     libcst and the engine take about a quarter of a second to import: a pre-commit run on files
     that are not training code (most of them) never pays it, and ``--help`` never does.
     """
-    if not may_use_a_framework(source) and not any(m.encode() in source for m, _ in options.local_frameworks):
+    if not may_use_a_framework(source) and not imports_one_of(source, (m for m, _ in options.local_frameworks)):
         return Conversion(path=path, original=source, output=source)  # (nor imports a local module that does)
     quiet = quiet_conversion(source, path, options.framework)  # converted before, nothing to check: no libcst
     if quiet is not None:

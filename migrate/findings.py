@@ -32,7 +32,11 @@ class Options:
     returned_roles: tuple[tuple[str, int, str], ...] = ()
     # the run's local modules (``data`` for data.py beside a script): calls into them are followed across files
     local_modules: tuple[str, ...] = ()
-    # "module.function" of local modules' functions that download: their calls run on the main process first
+    # (local module name, framework) of the run's local modules that use one: a script importing no framework
+    # itself but ("setup_mod", "tensorflow") is a TensorFlow script (detection, codemod/detect.py)
+    local_frameworks: tuple[tuple[str, str], ...] = ()
+    # "module.function" of local modules' functions that download, "module.Class" of their classes whose
+    # construction does (pretrained weights in __init__): their calls run on the main process first
     downloading_functions: tuple[str, ...] = ()
 
     def runs(self, rule: str) -> bool:

@@ -5,22 +5,20 @@ is. Its local modules (``from train import train`` next to it) must then stay as
 converting ``train.py`` alone would shard a loader and average gradients that the untouched script
 never set up for, so the project would train differently from both the original and a conversion.
 
-Local imports are read with :mod:`ast` (cheap, no libcst): ``import X``, ``from X import y`` and
-``from . import X`` that name a ``.py`` file or package ``__init__.py`` in the importing file's
-folder. Helpers of helpers are followed.
+Local imports are read with :mod:`ast` (cheap, no libcst) by :mod:`.local_modules`, which says what a
+local module is (``data.py``, a package, a folder without ``__init__.py``) and which files of a run another
+file of it imports (``LocalModules.imported``: only their writes wait). Helpers of helpers are followed.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import os
-import re
 from collections.abc import Iterable, Sequence
 
 from .files import Source
 from .findings import Conversion, Finding
-from .frameworks import may_use_a_framework
+from .local_modules import local_imports
 
 RULE = "detect-framework"
 
@@ -32,65 +30,6 @@ class Held:
     path: str
     script: str
     reason: str
-
-
-def local_imports(path: str, source: bytes) -> set[str]:
-    """The real paths of the modules next to ``path`` that it imports (empty if it does not parse)."""
-    try:
-        tree = ast.parse(source, path)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return set()
-    folder = os.path.dirname(os.path.realpath(path))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level == 0 and node.module:
-                names.add(node.module.split(".")[0])
-            elif node.level == 1:
-                if node.module:
-                    names.add(node.module.split(".")[0])
-                else:
-                    names.update(alias.name for alias in node.names)
-    found = set()
-    for name in names:
-        for candidate in (os.path.join(folder, f"{name}.py"), os.path.join(folder, name, "__init__.py")):
-            if os.path.isfile(candidate):
-                found.add(candidate)
-    return found
-
-
-_IMPORT_WORDS = re.compile(rb"^[ \t]*(?:from[ \t]+\.?([A-Za-z_]\w*)|import[ \t]+([A-Za-z_][\w \t,.]*))", re.M)
-
-
-def imported_by_others(paths: Iterable[str]) -> set[str]:
-    """Real paths of the run's files that another file of the run may import (a quick textual scan).
-
-    Only these can turn out to be helpers of a script left alone, so only their writes wait until
-    every file is converted; the rest are written as they come. Over-approximates (a name in a
-    string counts), never misses a plain ``import``/``from`` line.
-    """
-    by_folder: dict[str, set[str]] = {}
-    real = [os.path.realpath(p) for p in paths]
-    for path in real:
-        by_folder.setdefault(os.path.dirname(path), set()).add(path)
-    found: set[str] = set()
-    for path in real:
-        folder = os.path.dirname(path)
-        try:
-            with open(path, "rb") as handle:
-                text = handle.read()
-        except OSError:
-            continue
-        for source, names in _IMPORT_WORDS.findall(text):
-            words = [source] if source else [w.strip().split(b".")[0] for w in names.split(b",")]
-            for word in words:
-                for candidate in (f"{word.decode()}.py", os.path.join(word.decode(), "__init__.py")):
-                    target = os.path.join(folder, candidate)
-                    if target != path and target in by_folder.get(os.path.dirname(target), ()):
-                        found.add(target)
-    return found
 
 
 def held_helpers(conversions: Iterable[Conversion]) -> dict[str, Held]:
@@ -173,78 +112,3 @@ def read_as_local_module(conversion: Conversion, hints: Hints) -> Conversion:
     )
     return dataclasses.replace(conversion, findings=(note, *conversion.findings))
 
-
-_FETCH_WORDS = {"urlretrieve", "urlopen", "download_url", "download_url_to_file", "load_state_dict_from_url",
-                "download_and_extract_archive", "gdown"}
-
-
-def _local_modules(paths: Iterable[str]) -> set[str]:
-    """The real paths of the local modules the run's training files import.
-
-    Only a file that may use a framework can be a script whose helpers matter, so the others are not
-    parsed (a folder of ordinary modules, as pre-commit hands over, is not read twice with ``ast``)."""
-    found: set[str] = set()
-    for path in paths:
-        try:
-            with open(path, "rb") as handle:
-                source = handle.read()
-        except OSError:
-            continue
-        if may_use_a_framework(source):
-            found |= local_imports(path, source)
-    return found
-
-
-def _module_name(helper: str) -> str:
-    """``data`` for ``.../data.py`` and for ``.../data/__init__.py``."""
-    if helper.endswith("__init__.py"):
-        return os.path.basename(os.path.dirname(helper))
-    return os.path.basename(helper)[:-3]
-
-
-def local_module_names(paths: Iterable[str]) -> tuple[str, ...]:
-    """The names the run's files import their local modules by (``data`` for ``data.py``)."""
-    return tuple(sorted({_module_name(h) for h in _local_modules(paths)}))
-
-
-def downloading_functions(paths: Iterable[str]) -> tuple[str, ...]:
-    """``module.function`` for the functions of the run's local modules that download, directly or
-    through another function of theirs (``get_training_set()`` -> ``download_bsd300()`` ->
-    ``urllib.request.urlopen``): a script calling one must run that call on the main process first."""
-    modules = {helper: _module_name(helper) for helper in _local_modules(paths)}
-    found: list[str] = []
-    for helper, name in sorted(modules.items()):
-        try:
-            with open(helper, "rb") as handle:
-                tree = ast.parse(handle.read(), helper)
-        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        downloading = {f for f, node in functions.items() if _fetches(node)}
-        changed = True
-        while changed:
-            changed = False
-            for f, node in functions.items():
-                if f not in downloading and _called(node) & downloading:
-                    downloading.add(f)
-                    changed = True
-        found.extend(f"{name}.{f}" for f in sorted(downloading))
-    return tuple(found)
-
-
-def _fetches(node: ast.AST) -> bool:
-    for call in ast.walk(node):
-        if not isinstance(call, ast.Call):
-            continue
-        func = call.func
-        word = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-        if word in _FETCH_WORDS or (word == "get" and isinstance(func, ast.Attribute)
-                                     and isinstance(func.value, ast.Name) and func.value.id == "requests"):
-            return True
-        if any(k.arg == "download" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords):
-            return True
-    return False
-
-
-def _called(node: ast.AST) -> set[str]:
-    return {c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}

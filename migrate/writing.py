@@ -69,6 +69,18 @@ def copy_destination(output_dir: str, relative: str) -> str:
     return destination
 
 
+def write_copy(output_dir: str, relative: str, data: bytes, like: str) -> str:
+    """Write one ``-o`` copy, ``output_dir/relative``, with the mode of ``like``; return its path.
+
+    The same rules for every copy (a converted script, or a local module it imports copied unchanged):
+    never through a link inside ``output_dir`` (:func:`copy_destination`), a link at the copy's own name
+    replaced rather than followed, a write-protected folder refused, the bytes replaced atomically."""
+    destination = copy_destination(output_dir, relative)
+    check_replaceable(destination, folder_only=True, follow_symlinks=False)
+    write_atomic(destination, data, like=like, follow_symlinks=False)
+    return destination
+
+
 def same_file(a: str, b: str) -> bool:
     """Whether two paths name one file (through links, hard links or ``.``); False if either does not exist."""
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -92,28 +93,57 @@ def test_a_training_module_alone_is_converted_without_init_at_import(tmp_path, c
     assert "dp.init()" not in converted  # importing a module of functions must not join a job
 
 
-PROJECT = Path(__file__).resolve().parent.parent / "fixtures" / "projects" / "two_modules"
+PROJECTS = Path(__file__).resolve().parent.parent / "fixtures" / "projects"
+PROJECT = PROJECTS / "two_modules"
+# expected outputs that wait for a change outside the CLI and the engine, which the reason names
+WAITING = {
+    "framework_through_module": "keras-strategy-scope must know a model a local module builds (the _keras.py diff "
+                                "proposed with the local-modules items of issue 18): dp.enter_scope() and fit's policy",
+}
 
 
 def _copy(folder: Path, to: Path) -> Path:
-    to.mkdir()
-    for path in folder.glob("*.py"):
-        (to / path.name).write_bytes(path.read_bytes())
+    shutil.copytree(folder, to, ignore=shutil.ignore_patterns("__pycache__"))
     return to
 
 
-def test_a_script_converts_the_local_module_that_builds_its_training_loader(tmp_path, capsys):
-    project = _copy(PROJECT / "before", tmp_path / "p")
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def _projects() -> list:
+    return [pytest.param(folder, id=folder.name, marks=[pytest.mark.xfail(strict=True, reason=WAITING[folder.name])]
+                         if folder.name in WAITING else [])
+            for folder in sorted(p for p in PROJECTS.iterdir() if (p / "before").is_dir())]
+
+
+@pytest.mark.parametrize("project", _projects())
+def test_a_project_named_by_its_entry_script_converts_to_its_expected_files(project, tmp_path, update_fixtures):
+    """``fixtures/projects/<name>/before`` -> ``after`` with only ``main.py`` named, as a user runs it; the local
+    modules it reads are converted or left as they are (``pytest --update-fixtures`` rewrites ``after``)."""
+    converted = _copy(project / "before", tmp_path / "p")
+    main([str(converted / "main.py")])
+    if update_fixtures:
+        shutil.rmtree(project / "after", ignore_errors=True)
+        _copy(converted, project / "after")
+    assert _files(converted) == _files(project / "after")
+    for name, data in _files(converted).items():
+        compile(data, name, "exec")
+    main([str(converted / "main.py")])  # a second run changes nothing
+    assert _files(converted) == _files(project / "after")
+
+
+@pytest.mark.parametrize("name, module, function", [
+    ("two_modules", "data.py", "build_loaders()"), ("namespace_package", "src/data.py", "make_loaders()")])
+def test_the_module_that_builds_the_training_loader_is_read_with_a_note_saying_why(name, module, function, tmp_path,
+                                                                                   capsys):
+    project = _copy(PROJECTS / name / "before", tmp_path / "p")
     main([str(project / "main.py")])
-    captured = capsys.readouterr()
-    for name in ("main.py", "data.py"):
-        assert (project / name).read_bytes() == (PROJECT / "after" / name).read_bytes(), name
-        compile((project / name).read_bytes(), name, "exec")
-    assert f"{project / 'data.py'}:1:1: note detect-framework: read as a local module of {project / 'main.py'}" \
-        in captured.out + captured.err
-    main([str(project / "main.py")])  # a second run changes nothing
-    for name in ("main.py", "data.py"):
-        assert (project / name).read_bytes() == (PROJECT / "after" / name).read_bytes(), name
+    out = capsys.readouterr().err
+    assert (f"{project / module}:1:1: note detect-framework: read as a local module of {project / 'main.py'}, which "
+            f"trains on the loaders {function} returns: converted with it so that they are sharded") in out
+    assert "dp.distributed_loader(DataLoader(" in (project / module).read_text()
 
 
 @pytest.mark.slow
@@ -155,20 +185,21 @@ def test_a_call_to_a_local_function_that_downloads_runs_on_the_main_process_firs
         model = torch.nn.Linear(2, 1)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         opt.zero_grad(); model(torch.ones(4, 2)).sum().backward(); opt.step()
+        torch.save(model.state_dict(), root + "/model.pt")
         """)
     main([str(tmp_path / "main.py")])
     converted = (tmp_path / "main.py").read_text()
     assert 'with dp.main_process_first():\n    root = training_set("dataset")\n' in converted
 
 
-def test_only_files_that_may_use_a_framework_are_read_for_local_imports(tmp_path, monkeypatch):
-    from dpmigrate import project
+def test_only_training_files_and_the_local_modules_they_import_are_parsed(tmp_path, monkeypatch):
+    from dpmigrate import local_modules
 
-    (tmp_path / "util.py").write_text("import helpers\nVALUE = 1\n")
+    (tmp_path / "util.py").write_text("import os\nVALUE = 1\n")  # no framework, nothing local: read, not parsed
     (tmp_path / "helpers.py").write_text("def f():\n    return 2\n")
     (tmp_path / "train.py").write_text("import torch\nimport helpers\n")
-    read = []
-    real = project.local_imports
-    monkeypatch.setattr(project, "local_imports", lambda path, source: read.append(Path(path).name) or real(path, source))
-    names = project.local_module_names([str(tmp_path / n) for n in ("util.py", "helpers.py", "train.py")])
-    assert read == ["train.py"] and names == ("helpers",)
+    parsed = []
+    real = local_modules.parse
+    monkeypatch.setattr(local_modules, "parse", lambda path, source: parsed.append(Path(path).name) or real(path, source))
+    found = local_modules.scan([str(tmp_path / n) for n in ("util.py", "helpers.py", "train.py")])
+    assert sorted(parsed) == ["helpers.py", "train.py"] and found.names == ("helpers",)

@@ -7,7 +7,10 @@ converted only when it uses exactly one framework, that framework has rules (see
 byte-identical and the engine reports why (a converted file, a script written for data parallelism
 by hand, one that starts its own processes, a framework without rules yet, or two frameworks in one
 file, which is never half-converted). What "by hand" and "its own processes" mean is each
-framework's :class:`~.vocabulary.Vocabulary`.
+framework's :class:`~.vocabulary.Vocabulary`. A file that imports no framework itself takes the one its
+local modules use (``import setup_mod`` where setup_mod.py imports tensorflow: the CLI reads them and
+says so in ``Options.local_frameworks``) when it runs a training step itself (``model.fit(...)``), so the entry
+script of a project is not "no framework"; a helper that trains nothing stays as it is.
 """
 
 from __future__ import annotations
@@ -38,17 +41,22 @@ class Detection:
     col: int = 1
 
 
-def detect(wrapper: MetadataWrapper, index: TreeIndex | None = None) -> Detection:
+def detect(wrapper: MetadataWrapper, index: TreeIndex | None = None,
+           local_frameworks: tuple[tuple[str, str], ...] = ()) -> Detection:
     """Classify a parsed file; see the module docstring for the statuses.
 
     ``index`` is the engine's index of the same module, shared with the rules (built if None).
+    ``local_frameworks``: (local module name, framework) of the modules beside the file that use one
+    (``Options.local_frameworks``): a file that imports no framework itself but ``import setup_mod`` of
+    ``("setup_mod", "tensorflow")`` is written for TensorFlow, through that module.
     """
     index = index or TreeIndex(wrapper)
-    found = _Uses(index, names=False)  # imports and method calls first: no scope analysis
+    found = _Uses(index, names=False, local_frameworks=local_frameworks)  # imports and method calls first
     index.visit(found)
+    through = found.adopt_local_frameworks()
     frameworks = tuple(sorted(found.frameworks))
     where = lambda node: _position(wrapper, node)  # noqa: E731 - tiny local helper
-    if not frameworks:
+    if not frameworks or (through and not _trains_itself(found, frameworks)):  # (a helper of helpers: as before)
         return Detection("none", reason="imports no deep-learning framework")
     if found.runtime is not None:
         return Detection(
@@ -60,15 +68,17 @@ def detect(wrapper: MetadataWrapper, index: TreeIndex | None = None) -> Detectio
         first = list(found.frameworks.values())[1]  # the import that brought in a second framework
         return Detection(
             "mixed", frameworks=frameworks,
-            reason=f"imports {' and '.join(frameworks)}: a file mixing frameworks is never half-converted",
+            reason=f"imports {' and '.join(frameworks)}{f' (through {through})' if through else ''}: a file mixing "
+                   "frameworks is never half-converted",
             **where(first),
         )
     framework = frameworks[0]
     rule_set = REGISTRY[framework].rule_set()
     vocabulary: Vocabulary = rule_set.VOCABULARY
     if index.possible(_name_prefixes(vocabulary, bool(rule_set.RULES))):  # a use by name could decide it
-        found = _Uses(index, names=True)
+        found = _Uses(index, names=True, local_frameworks=local_frameworks)
         index.visit(found)
+        found.adopt_local_frameworks()
     generation = vocabulary.generation(found.qualified)
     if not rule_set.RULES:
         converted = [r.VOCABULARY.display_name for r in map(Framework.rule_set, REGISTRY.values()) if r.RULES]
@@ -93,7 +103,17 @@ def detect(wrapper: MetadataWrapper, index: TreeIndex | None = None) -> Detectio
             reason=f"starts its own processes with {vocabulary.multiprocessing_description}; left unchanged",
             **where(processes),
         )
-    return Detection("convert", framework, generation, frameworks, **where(found.frameworks[framework]))
+    reason = (f"imports no framework itself: {vocabulary.display_name} comes through its local module{'s' * (',' in through)} "
+              f"{through}, so it is converted as a {vocabulary.display_name} script" if through else "")
+    return Detection("convert", framework, generation, frameworks, reason, **where(found.frameworks[framework]))
+
+
+def _trains_itself(found: _Uses, frameworks: tuple[str, ...]) -> bool:
+    """The file runs a training step of one of ``frameworks`` itself (``model.fit(...)``, ``loss.backward()``):
+    only then is a file whose framework comes through its local modules that framework's script."""
+    vocabularies = [REGISTRY[f].rule_set().VOCABULARY for f in frameworks]
+    return found.first((), tuple(m for v in vocabularies for m in (*v.backward_methods, *v.optimizer_step_methods))) \
+        is not None
 
 
 def _name_prefixes(vocabulary: Vocabulary, has_rules: bool) -> list[str]:
@@ -126,14 +146,26 @@ def _dotted(node: cst.BaseExpression | None) -> str:
 class _Uses(cst.CSTVisitor):
     """Collects the first import of each framework, and every qualified name and method call in order."""
 
-    def __init__(self, index: TreeIndex, *, names: bool) -> None:
+    def __init__(self, index: TreeIndex, *, names: bool, local_frameworks: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__()
         self.index = index
         self.names = names  # False: skip the qualified names of names and attributes (imports only)
         self.frameworks: dict[str, cst.CSTNode] = {}
+        self.local: dict[str, list[str]] = {}  # local module name -> the frameworks it uses
+        for module, framework in local_frameworks:
+            self.local.setdefault(module, []).append(framework)
+        self.through: dict[str, tuple[cst.CSTNode, str]] = {}  # framework -> (first import of it, local module)
         self.qualified: set[str] = set()
         self.runtime: cst.CSTNode | None = None
         self._uses: list[tuple[cst.CSTNode, str, str]] = []  # (node, "name" | "method", what), in order
+
+    def adopt_local_frameworks(self) -> str:
+        """A file importing no framework itself is written for those of the local modules it imports: take
+        them (each at its module's import) and return those modules' names, or "" when it imports one itself."""
+        if self.frameworks or not self.through:
+            return ""
+        self.frameworks = {framework: node for framework, (node, _) in self.through.items()}
+        return ", ".join(sorted({module for _, module in self.through.values()}))
 
     def first(self, prefixes: tuple[str, ...], methods: tuple[str, ...]) -> cst.CSTNode | None:
         """The first node using a name under ``prefixes`` or calling a method in ``methods``."""
@@ -146,6 +178,7 @@ class _Uses(cst.CSTVisitor):
         framework = framework_of_package(module.split(".")[0])
         if framework is not None:
             self.frameworks.setdefault(framework, node)
+        self._local(node, module.split(".")[0])
         if module == "dpmigrate.runtime" or module.startswith("dpmigrate.runtime."):
             self.runtime = self.runtime or node
         for full in [module, *(f"{module}.{n}" for n in names)]:
@@ -159,8 +192,15 @@ class _Uses(cst.CSTVisitor):
         for alias in node.names:
             self._imported(node, _dotted(alias.name), [])
 
+    def _local(self, node: cst.CSTNode, module: str) -> None:
+        for framework in self.local.get(module, ()):
+            self.through.setdefault(framework, (node, module))
+
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None:
+            if len(node.relative) == 1 and not isinstance(node.names, cst.ImportStar):  # from . import setup_mod
+                for module in [_dotted(node.module)] if node.module else [_dotted(a.name) for a in node.names]:
+                    self._local(node, module.split(".")[0])
             return
         names = [] if isinstance(node.names, cst.ImportStar) else [_dotted(a.name) for a in node.names]
         if _dotted(node.module) == "dpmigrate" and "runtime" in names:

@@ -265,8 +265,11 @@ class _Coverage:
             if isinstance(root, cst.Name) and root.value in self.ctx.options.local_modules:
                 return True
             return isinstance(root, cst.Name) and root.value == "self"
-        return (isinstance(call.func, cst.Name) and call.func.value not in self.q.module_functions()
-                and call.func.value not in _ITERATION_HELPERS and not self.q.index.qualified_names(call.func))
+        if not isinstance(call.func, cst.Name) or call.func.value in self.q.module_functions() \
+                or call.func.value in _ITERATION_HELPERS:
+            return False
+        names = self.q.index.qualified_names(call.func)  # `from data import make_loaders`: data.make_loaders
+        return not names or any(n.lstrip(".").split(".")[0] in self.ctx.options.local_modules for n in names)
 
     def _arguments_with_a_finding(self, function: cst.FunctionDef, parameter: int, depth: int) -> bool:
         sites = [c for c in self.q.index.of_type(self.ctx.module, cst.Call)

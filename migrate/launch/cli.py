@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 from ..frameworks import FRAMEWORK_OF_PACKAGE
+from ..local_modules import Reader, own_frameworks
 from . import bind_guard, diagnosis, master_port, network, report, supervise
 from . import paddle as paddle_backend
 from . import tensorflow as tensorflow_backend
@@ -235,7 +236,9 @@ def _create_log_dir(path: Path, *, unique: bool) -> Path:
 
 
 def detect_framework(script: Path) -> str:
-    """The framework a script trains with, from its imports (any scope, not executed)."""
+    """The framework a script trains with, from its imports (any scope, not executed); a script that imports
+    none itself trains with those of the local modules it imports (``import setup_mod``, where setup_mod.py
+    imports tensorflow), found as ``dpmigrate`` finds them (:mod:`dpmigrate.local_modules`)."""
     try:
         tree = ast.parse(script.read_bytes(), filename=str(script))
     except FileNotFoundError:
@@ -244,27 +247,21 @@ def detect_framework(script: Path) -> str:
         where = f"{script}:{e.lineno}" if isinstance(e, SyntaxError) else str(script)
         raise UsageError(f"{where}: cannot read the script's imports ({e.__class__.__name__}: {e}); "
                          "fix it, or pass --framework torch|tensorflow|paddle") from None
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:  # not `from . import x`
-            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-        else:
-            continue
-        for name in names:
-            parts = name.split(".")
-            if parts[:2] == ["dpmigrate", "runtime"] and len(parts) > 2 and parts[2] in _FRAMEWORKS:
-                return parts[2]  # a converted script says which runtime it uses
-            if parts[0] in _FRAMEWORK_OF_PACKAGE:
-                found.add(_FRAMEWORK_OF_PACKAGE[parts[0]])
+    found = own_frameworks(tree, _FRAMEWORK_OF_PACKAGE)
+    through = ""
+    if not found:
+        reader = Reader(_FRAMEWORK_OF_PACKAGE)
+        modules = {name: reader.frameworks(file) for name, files in reader.imports(str(script), tree).items()
+                   for file in files}
+        found = {f for frameworks in modules.values() for f in frameworks}
+        through = f" (through {', '.join(sorted(n for n, f in modules.items() if f))})"
     if len(found) == 1:
         return found.pop()
     if not found:
-        raise UsageError(f"{script} imports none of torch, tensorflow, paddle; if it trains with one through "
-                         "another module, pass --framework torch|tensorflow|paddle")
+        raise UsageError(f"{script} imports none of torch, tensorflow, paddle, nor does any local module it imports; "
+                         "if it trains with one through another module, pass --framework torch|tensorflow|paddle")
     both = " and ".join(sorted(found))
-    raise UsageError(f"{script} imports {both}; pass --framework with the one it trains with")
+    raise UsageError(f"{script} imports {both}{through}; pass --framework with the one it trains with")
 
 
 def _backend(framework: str, script: Path) -> Backend:
