@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                              "global: each rank takes B/N (default: per-device)")
     policy.add_argument("--scale-lr", choices=CHOICES["scale-lr"],
                         help="scale the learning rate with the world size (default: none)")
+    policy.add_argument("--sync-batchnorm", action=argparse.BooleanOptionalAction, default=None,
+                        help="synchronise batch normalisation over the ranks in the framework's own form "
+                             "(torch/Paddle: dp.Strategy(sync_batchnorm=True), run on GPUs; Keras: synchronized=True)")
     policy.add_argument("--select", action="append", metavar="RULE[,RULE...]",
                         help="run only these rules (see --list-rules); replaces the configured select")
     policy.add_argument("--ignore", action="append", metavar="RULE[,RULE...]",
@@ -253,7 +256,9 @@ def _options(parser: argparse.ArgumentParser, args: argparse.Namespace, config: 
         chosen[key] = names
     return Options(framework=args.framework or config.framework or "auto",
                    batch=args.batch or config.batch or "per-device",
-                   scale_lr=args.scale_lr or config.scale_lr or "none", **chosen)
+                   scale_lr=args.scale_lr or config.scale_lr or "none",
+                   sync_batchnorm=args.sync_batchnorm if args.sync_batchnorm is not None else bool(config.sync_batchnorm),
+                   **chosen)
 
 
 def _convert_stdin(args: argparse.Namespace, options: Options, exclude: Exclude, mode: str, color: bool) -> int:

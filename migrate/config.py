@@ -7,6 +7,7 @@ packaging file does not hide the repository's settings). The keys are the comman
     [tool.dpmigrate]
     batch = "global"                    # --batch
     scale-lr = "linear"                 # --scale-lr
+    sync-batchnorm = true               # --sync-batchnorm
     framework = "torch"                 # --framework
     select = ["distributed-save"]       # --select: run only these rules
     ignore = ["main-process-print"]     # --ignore: never run these
@@ -34,6 +35,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "framework": ("auto", *REGISTRY),  # the registry's frameworks
 }
 LISTS = ("select", "ignore", "exclude")
+BOOLS = ("sync-batchnorm",)
 
 
 class ConfigError(Exception):
@@ -47,6 +49,7 @@ class Config:
     path: str | None = None  # the pyproject.toml they came from; None when there is none
     batch: BatchPolicy | None = None
     scale_lr: LrPolicy | None = None
+    sync_batchnorm: bool | None = None
     framework: FrameworkChoice | None = None
     select: tuple[str, ...] | None = None
     ignore: tuple[str, ...] | None = None
@@ -104,8 +107,11 @@ def _parse(path: str, table: dict[str, Any]) -> Config:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f'{where} = {_toml(value)}: expected a list of strings, e.g. {key} = ["..."]')
             value = tuple(value)
+        elif key in BOOLS:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where} = {_toml(value)}: expected true or false")
         else:
-            known = ", ".join(sorted([*CHOICES, *LISTS]))
+            known = ", ".join(sorted([*CHOICES, *LISTS, *BOOLS]))
             raise ConfigError(f"{where}: unknown key; the keys are {known}")
         values[key.replace("-", "_")] = value
     return Config(path=path, **values)

@@ -25,6 +25,7 @@ class Options:
     framework: FrameworkChoice = "auto"
     batch: BatchPolicy = "per-device"
     scale_lr: LrPolicy = "none"
+    sync_batchnorm: bool = False  # batch normalisation synchronised over the ranks, in the framework's own form
     select: tuple[str, ...] = ()  # run only these rules (empty: every rule)
     ignore: tuple[str, ...] = ()  # never run these rules
     # (function, return position, role) of this module's functions, from the scripts that import it:

@@ -59,7 +59,10 @@ CONTRACT: tuple[ContractName, ...] = (
     ContractName("device", "()", "This rank's device: its local accelerator when there is one, else the CPU."),
     ContractName("distributed_model", "(model)", """
         Wraps for data parallelism. The wrapped model's ``state_dict()`` has the unwrapped keys (no
-        ``module.``), and unknown attributes are forwarded to the original model."""),
+        ``module.``), and unknown attributes are forwarded to the original model. With
+        ``Strategy(sync_batchnorm=True)``, launched, its batch normalisation layers become the framework's
+        synchronised ones where the framework runs them (torch: CUDA; Paddle: GPUs), else the job stops
+        with :class:`UnsupportedStrategy` (TF: the layers' own ``synchronized=True``)."""),
     ContractName("unwrap", "(model)", """
         The model as the user built it: the framework's data-parallel wrapper removed (the argument
         itself when it is not wrapped). What whole-model saves and exports must see."""),

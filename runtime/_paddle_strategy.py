@@ -14,7 +14,11 @@ Paddle honours it in the current mode (measured with Paddle 3.3.1):
   instead of being silently dropped;
 - on a CPU build in static mode Fleet's ``minimize`` does not run at all (:mod:`._paddle_static`): the
   gradients are all-reduced one by one, so no knob applies there and every one raises;
-- ``gradient_compression="bf16"``: no Paddle option at all.
+- ``gradient_compression="bf16"``: no Paddle option at all;
+- ``sync_batchnorm`` -> dygraph: ``paddle.nn.SyncBatchNorm.convert_sync_batchnorm`` on the model
+  ``distributed_model`` wraps (:func:`synchronised_batchnorm`); static graph on GPU: ``sync_batch_norm``.
+  Paddle registers its ``sync_batch_norm`` kernel for GPUs only (a CPU run fails with "kernel not
+  registered"), so on the CPU a model with batch normalisation stops the launched job, saying so.
 
 Modes: ``"dygraph"``, ``"static-fleet"`` (GPU: Fleet's minimize), ``"static-allreduce"`` (CPU).
 """
@@ -87,7 +91,35 @@ def to_distributed_strategy(strategy: Strategy, *, mode: str):
                                    "begin_step": strategy.localsgd_warmup_steps + 1}
     if strategy.gradient_compression == "fp16":
         native.fp16_allreduce = True
+    if strategy.sync_batchnorm:
+        native.sync_batch_norm = True
     if strategy.gradient_accumulation > 1:
         native.gradient_merge = True
         native.gradient_merge_configs = {"k_steps": strategy.gradient_accumulation, "avg": True}
     return native
+
+
+def synchronised_batchnorm(model):
+    """``model`` (a dygraph Layer) with its batch normalisation layers made ``paddle.nn.SyncBatchNorm``
+    (parameters kept, so an optimizer built before still updates them); ``model`` itself when it has none.
+    Off a GPU, where Paddle has no such kernel, raises :class:`UnsupportedStrategy` on every rank alike."""
+    import paddle
+
+    norms = (paddle.nn.layer.norm._BatchNormBase, paddle.nn.BatchNorm)
+    layers = [name or type(layer).__name__ for name, layer in model.named_sublayers(include_self=True)
+              if isinstance(layer, norms) and not isinstance(layer, paddle.nn.SyncBatchNorm)]
+    if not layers:
+        return model
+    shown = ", ".join(layers[:4]) + (f" and {len(layers) - 4} more" if len(layers) > 4 else "")
+    if not paddle.get_device().startswith("gpu"):
+        raise UnsupportedStrategy(
+            f"Strategy(sync_batchnorm=True): Paddle runs SyncBatchNorm on GPUs only and this rank trains on "
+            f"{paddle.get_device()}, so the batch normalisation layers ({shown}) cannot be synchronised here; launch "
+            "on GPUs, or drop the knob (dp.init() without it, or convert without --sync-batchnorm): each rank then "
+            "normalises over its own share of the batch")
+    legacy = [name for name, layer in model.named_sublayers(include_self=True) if type(layer) is paddle.nn.BatchNorm]
+    if legacy:
+        raise UnsupportedStrategy(
+            f"Strategy(sync_batchnorm=True): {', '.join(legacy[:4])} is a paddle.nn.BatchNorm, which "
+            "SyncBatchNorm.convert_sync_batchnorm does not convert; build it as paddle.nn.BatchNorm1D/2D/3D")
+    return paddle.nn.SyncBatchNorm.convert_sync_batchnorm(model)

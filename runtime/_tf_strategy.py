@@ -11,7 +11,8 @@ is the one place TensorFlow 2.21 takes tuning for its gradient all-reduce:
 No TF option does the rest, so each raises :class:`UnsupportedStrategy` naming the alternative:
 ``hierarchical_allreduce`` (NCCL chooses its own algorithm), ``localsgd_steps``, ``gradient_compression``
 (TF all-reduces gradients in their own dtype; train in mixed precision to all-reduce fp16) and
-``gradient_accumulation`` (accumulate in the training loop).
+``gradient_accumulation`` (accumulate in the training loop), ``sync_batchnorm`` (a Keras layer argument,
+``BatchNormalization(synchronized=True)``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def check(strategy: Strategy) -> None:
             f"Strategy(gradient_compression={strategy.gradient_compression!r}): MultiWorkerMirroredStrategy "
             "all-reduces gradients in their own dtype and has no compression option; drop the knob, or train "
             "with keras.mixed_precision so the gradients themselves are float16")
+    if strategy.sync_batchnorm:
+        raise UnsupportedStrategy(
+            "Strategy(sync_batchnorm=True): Keras synchronises batch normalisation in the layer itself, "
+            "BatchNormalization(synchronized=True), on any device (dpmigrate --sync-batchnorm writes it there); "
+            "drop the knob")
     if strategy.gradient_accumulation > 1:
         raise UnsupportedStrategy(
             f"Strategy(gradient_accumulation={strategy.gradient_accumulation}): tf.distribute does not accumulate "

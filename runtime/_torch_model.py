@@ -7,7 +7,11 @@ Strategy knobs, each onto torch's own mechanism:
   ``PeriodicModelAverager`` run after every optimizer step, as ``PostLocalSGDOptimizer`` does;
 - ``gradient_accumulation`` -> DDP's ``no_sync`` (``require_backward_grad_sync``) on all micro-batches
   but the last, and an optimizer that steps every k calls with gradients divided by k, so k
-  micro-batches of b equal one batch of k*b.
+  micro-batches of b equal one batch of k*b;
+- ``sync_batchnorm`` -> ``SyncBatchNorm.convert_sync_batchnorm`` before DDP wraps the model. torch runs
+  SyncBatchNorm on CUDA only (DDP refuses it elsewhere), so on another device a model with batch
+  normalisation stops the job at ``distributed_model`` with :class:`UnsupportedStrategy`, on every rank
+  alike (no rank waits for another), rather than train unsynchronised under a knob that says otherwise.
 Gradients are averaged exactly once: by DDP for the parameters a wrapped model owns, and by an
 all-reduce in ``step()`` for parameters no wrapped model owns. Those parameters (and their modules'
 buffers) also take rank 0's values when the optimizer is wrapped, as DDP does for its own module
@@ -35,7 +39,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
 from ._torch_start_state import broadcast_unowned_state
-from .strategy import Strategy
+from .strategy import Strategy, UnsupportedStrategy
 
 _wrapped_models: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 _distributed_optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
@@ -103,6 +107,8 @@ class DistributedDataParallel(_TorchDDP):
 
 
 def wrap_model(model: torch.nn.Module, strategy: Strategy, device: torch.device) -> DistributedDataParallel:
+    if strategy.sync_batchnorm:
+        model = synchronised_batchnorm(model, device)
     kwargs = {}
     if strategy.bucket_size_mb is not None:
         kwargs["bucket_cap_mb"] = strategy.bucket_size_mb
@@ -126,6 +132,23 @@ def wrap_model(model: torch.nn.Module, strategy: Strategy, device: torch.device)
     _wrapped_models.add(ddp)
     _models_generation += 1
     return ddp
+
+
+def synchronised_batchnorm(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``model`` with its batch normalisation layers made ``SyncBatchNorm`` (parameters and buffers kept, so
+    an optimizer built before still steps them); ``model`` itself when it has none."""
+    layers = [name or type(m).__name__ for name, m in model.named_modules()
+              if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and not isinstance(m, torch.nn.SyncBatchNorm)]
+    if not layers:
+        return model
+    if device.type != "cuda":
+        shown = ", ".join(layers[:4]) + (f" and {len(layers) - 4} more" if len(layers) > 4 else "")
+        raise UnsupportedStrategy(
+            f"Strategy(sync_batchnorm=True): torch runs SyncBatchNorm on CUDA devices only and this rank trains on "
+            f"{device.type}, so the batch normalisation layers ({shown}) cannot be synchronised here; launch on GPUs, "
+            "or drop the knob (dp.init() without it, or convert without --sync-batchnorm): each rank then normalises "
+            "over its own share of the batch")
+    return torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
 
 
 class _AccumulationState:

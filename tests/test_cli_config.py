@@ -31,7 +31,7 @@ from cli_samples import (
 from dpmigrate.cli import main
 from dpmigrate.findings import Options
 
-KEYS = "batch, exclude, framework, ignore, scale-lr, select"
+KEYS = "batch, exclude, framework, ignore, scale-lr, select, sync-batchnorm"
 
 
 def write(path: Path, data: bytes | str) -> Path:
@@ -90,6 +90,24 @@ def test_flags_override_the_config(project):
     assert script.read_bytes() == CONVERTED_SCRIPT
 
 
+BATCHNORM_SCRIPT = TORCH_SCRIPT.replace(b"nn.Linear(4, 1)", b"nn.Sequential(nn.Linear(4, 1), nn.BatchNorm1d(1))")
+SYNC_INIT = b"    dp.init(dp.Strategy(sync_batchnorm=True))\n"
+
+
+@pytest.mark.parametrize(("table", "flags", "synchronised"), [
+    ("sync-batchnorm = true", [], True),
+    ("sync-batchnorm = true", ["--no-sync-batchnorm"], False),
+    ("", ["--sync-batchnorm"], True),
+    ("sync-batchnorm = false", [], False),
+])
+def test_sync_batchnorm_from_the_config_or_the_flag(project, table, flags, synchronised):
+    write(project / "pyproject.toml", f"[tool.dpmigrate]\n{table}\n")
+    script = write(project / "train.py", BATCHNORM_SCRIPT)
+    assert main([*flags, "train.py"]) == 1
+    assert (SYNC_INIT in script.read_bytes()) is synchronised
+    assert (b"    dp.init()\n" in script.read_bytes()) is not synchronised
+
+
 def test_config_is_found_from_the_current_folder_upward_past_pyprojects_without_the_table(project, monkeypatch):
     write(project / "pyproject.toml", '[tool.dpmigrate]\nbatch = "global"\n')
     write(project / "pkg" / "pyproject.toml", '[project]\nname = "pkg"\n')  # no [tool.dpmigrate]: passed over
@@ -127,6 +145,7 @@ def test_config_ignore_and_select_choose_the_rules(project, capsys):
      '[tool.dpmigrate] framework = "jax": expected one of "auto", "torch", "tensorflow", "paddle"'),
     ('ignore = "distributed-save"',
      '[tool.dpmigrate] ignore = "distributed-save": expected a list of strings, e.g. ignore = ["..."]'),
+    ('sync-batchnorm = "yes"', '[tool.dpmigrate] sync-batchnorm = "yes": expected true or false'),
     ('exclude = ["a", 1]', '[tool.dpmigrate] exclude = ["a", 1]: expected a list of strings, e.g. exclude = ["..."]'),
 ])
 def test_a_bad_key_or_value_exits_2_naming_the_file(project, capsys, table, message):

@@ -49,6 +49,26 @@ def test_hierarchical_allreduce_is_refused_not_ignored():
         dp.init(dp.Strategy(hierarchical_allreduce=True))
 
 
+def test_sync_batchnorm_unlaunched_leaves_the_model_as_it_is():
+    dp.init(dp.Strategy(sync_batchnorm=True))
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    assert dp.distributed_model(model) is model and type(model[1]) is nn.BatchNorm1d
+
+
+def test_sync_batchnorm_on_the_cpu_is_refused_naming_the_layers_and_a_model_without_them_is_kept():
+    from dpmigrate.runtime._torch_model import synchronised_batchnorm
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.norm = nn.Linear(3, 4), nn.BatchNorm1d(4)
+
+    with pytest.raises(dp.UnsupportedStrategy, match=r"CUDA devices only .* on cpu, .*layers \(norm\)"):
+        synchronised_batchnorm(Net(), torch.device("cpu"))
+    plain = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4))
+    assert synchronised_batchnorm(plain, torch.device("cpu")) is plain
+
+
 def test_model_optimizer_and_loader_come_back_unchanged():
     model = nn.Linear(3, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -26,12 +26,12 @@ DEFAULT_STEPS = 24
 
 
 def verify(tmp_path: Path, monkeypatch, script: Path, *script_args: str, against: Path | None = None,
-           steps: int = DEFAULT_STEPS, nproc: int = 2, timeout: float = 240) -> dict:
+           steps: int = DEFAULT_STEPS, nproc: int = 2, timeout: float = 240, flags: tuple[str, ...] = ()) -> dict:
     """Run ``dpmigrate verify`` in-process (the runs are subprocesses) from ``tmp_path``; its JSON report."""
     monkeypatch.chdir(tmp_path)
     report = tmp_path / "verify.json"
     argv = [str(script), "-n", str(nproc), "--steps", str(steps), "--timeout", f"{timeout:g}", "--report", "json",
-            "--report-file", str(report)]
+            "--report-file", str(report), *flags]
     if against is not None:
         argv += ["--against", str(against)]
     code = main([*argv, "--", *script_args])
@@ -75,7 +75,7 @@ def spec_args(case: Path, batch: tuple[str, ...] = ("--batch-size", "32")) -> tu
 def verify_fixture(case: Path, tmp_path: Path, monkeypatch) -> dict:
     """``dpmigrate verify`` of a fixture's ``before.py`` (or, with ``"reference": "converted"``, of its conversion
     against itself run plainly), with ``execute.json``'s arguments and steps."""
-    from fixture_cases import run
+    from fixture_cases import options, run
 
     extra, steps = spec_args(case)
     spec = json.loads((case / "execute.json").read_text())
@@ -84,4 +84,5 @@ def verify_fixture(case: Path, tmp_path: Path, monkeypatch) -> dict:
         script.write_bytes(run(case, batch="global").output)
         return verify(tmp_path, monkeypatch, script, *extra, steps=steps, against=script)
     script.write_bytes((case / "before.py").read_bytes())
-    return verify(tmp_path, monkeypatch, script, *extra, steps=steps)
+    flags = ("--sync-batchnorm",) if options(case).sync_batchnorm else ()  # options.json's policy, as a flag
+    return verify(tmp_path, monkeypatch, script, *extra, steps=steps, flags=flags)

@@ -28,3 +28,18 @@ def argument(call: cst.Call, position: int | None, keyword: str | None) -> cst.A
             return arg
         seen += 1
     return None
+
+
+def appended(args, new: cst.Arg) -> list[cst.Arg]:
+    """``args`` and ``new`` after them, laid out as the call was (one line, or one argument a line
+    with a trailing comma): the one way rules add a keyword to a call."""
+    args = list(args)
+    if not args:
+        return [new]
+    last = args[-1]
+    if last.comma is cst.MaybeSentinel.DEFAULT:
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return [*args, new]
+    between = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last.comma
+    args[-1] = last.with_changes(comma=between)
+    return [*args, new.with_changes(comma=last.comma)]

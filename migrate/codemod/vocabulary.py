@@ -57,6 +57,10 @@ class Vocabulary:
     tensor_packages: tuple[str, ...] = ()
     object_prefixes: tuple[str, ...] = ()
     batchnorm_classes: frozenset[str] = frozenset()  # batch normalisation layers (their statistics become per rank)
+    # how --sync-batchnorm synchronises them: "strategy" (dp.init(dp.Strategy(sync_batchnorm=True)): the runtime
+    # converts every wrapped model's layers, where the framework runs its synchronised ones), or the keyword the
+    # layers' constructor takes ("synchronized" for Keras); "" when dpmigrate knows no way
+    sync_batchnorm: str = ""
     save_calls: frozenset[str] = frozenset()  # ``torch.save``
     image_writers: frozenset[str] = frozenset()  # sample images written by every rank otherwise
     download_prefixes: tuple[str, ...] = ()  # calls that fetch files (``torch.hub.load_state_dict_from_url``)

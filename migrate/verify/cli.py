@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.tolerance > 0:
         parser.error("--tolerance takes a positive number, e.g. 1e-5")
     outcome = verify(Path(args.script), args.nproc, args.steps, args.tolerance, args.framework, script_args,
-                     against=Path(args.against) if args.against else None, timeout_s=args.timeout, keep=args.keep)
+                     against=Path(args.against) if args.against else None, timeout_s=args.timeout, keep=args.keep,
+                     conversion_flags=("--sync-batchnorm",) if args.sync_batchnorm else ())
     text = render_json(outcome) if args.report == "json" else render_text(outcome)
     if args.report_file:
         Path(args.report_file).write_text(text)
@@ -70,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
                    "scripts to their end (slower: it also sees what happens after step K, a late hang or crash)")
     p.add_argument("--against", metavar="CONVERTED", help="check this converted script (however it was made) "
                    "instead of converting a copy with --batch global")
+    p.add_argument("--sync-batchnorm", action="store_true", help="convert with --sync-batchnorm (synchronised "
+                   "batch normalisation: Keras layers on the CPU; torch and Paddle run theirs on GPUs only)")
     p.add_argument("--tolerance", type=float, default=1e-5, help="largest parameter difference allowed (default 1e-5)")
     p.add_argument("--framework", choices=FRAMEWORKS, default="auto", help="default: from the script's imports")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="time limit of each run (default 600)")
@@ -81,12 +84,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def verify(script: Path, nproc: int, steps: int, tolerance: float, framework: str, script_args: list[str], *,
-           against: Path | None = None, timeout_s: float = 600.0, keep: bool = False) -> Outcome:
+           against: Path | None = None, timeout_s: float = 600.0, keep: bool = False,
+           conversion_flags: tuple[str, ...] = ()) -> Outcome:
     outcome = Outcome(str(script), framework, nproc, steps, tolerance, 2, "")
     work = Path(tempfile.mkdtemp(prefix="dpmigrate-verify-"))  # 0700, random name
     try:
         outcome.framework = _framework(script, framework, against)
-        _compare_runs(outcome, work, script, script_args, against, timeout_s)
+        _compare_runs(outcome, work, script, script_args, against, timeout_s, conversion_flags)
     except CannotRun as e:
         outcome.exit_code, outcome.headline, outcome.details = 2, f"could not run: {e}", e.details
     except _Diverges as e:
@@ -119,10 +123,11 @@ def _framework(script: Path, framework: str, against: Path | None) -> str:
         raise CannotRun(str(e)) from None
 
 
-def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against: Path | None, timeout_s: float):
+def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against: Path | None, timeout_s: float,
+                  conversion_flags: tuple[str, ...] = ()):
     script = script.resolve()
     if against is None:
-        converted, o.conversion = _convert(script, work, o.framework)
+        converted, o.conversion = _convert(script, work, o.framework, conversion_flags)
     else:
         converted, o.conversion = against.resolve(), f"checked as given ({against})"
     here = Path.cwd()
@@ -197,11 +202,11 @@ def _failed(who: str, run: runs.Run, timeout_s: float) -> str:
     return f"{who} failed (exit code {run.returncode}){gpu}"
 
 
-def _convert(script: Path, work: Path, framework: str) -> tuple[Path, str]:
+def _convert(script: Path, work: Path, framework: str, flags: tuple[str, ...] = ()) -> tuple[Path, str]:
     """Convert a copy of the script (and the local modules it reads) into ``work/converted``."""
     target = work / "converted"
     report = work / "conversion.json"
-    argv = [sys.executable, "-m", "dpmigrate", "-o", str(target), "--batch", "global", "--framework", framework,
+    argv = [sys.executable, "-m", "dpmigrate", "-o", str(target), "--batch", "global", "--framework", framework, *flags,
             "--report", "json", "--report-file", str(report), str(script)]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=os.getcwd())
     if done.returncode == 2 or not report.exists():
@@ -211,8 +216,9 @@ def _convert(script: Path, work: Path, framework: str) -> tuple[Path, str]:
     if not converted.exists():
         raise CannotRun(f"dpmigrate wrote no converted copy of {script.name}", done.stderr.splitlines()[-TAIL:])
     runs.place_beside(target, script.parent)
-    said = (f"--batch global, {summary['changes']} changes, {summary['declined']} declined, {summary['errors']} "
-            f"errors in {summary['files']} file{'s' if summary['files'] != 1 else ''} (`dpmigrate --diff --batch global "
+    policy = " ".join(("--batch global", *flags))
+    said = (f"{policy}, {summary['changes']} changes, {summary['declined']} declined, {summary['errors']} "
+            f"errors in {summary['files']} file{'s' if summary['files'] != 1 else ''} (`dpmigrate --diff {policy} "
             f"{script.name}` shows them)")
     return converted, said
 

@@ -1,45 +1,89 @@
-"""Batch normalisation normalises over each rank's share of the batch: said, with the layers named."""
+"""Batch normalisation normalises over each rank's share of the batch: said, with the layers named, or with
+``--sync-batchnorm`` synchronised in the framework's own form."""
 
 from __future__ import annotations
 
 import libcst as cst
 
+from ...codemod.calls import appended, argument
 from ...codemod.rule import Rule
 
 
+class BatchNormLayers:
+    """The calls that build the framework's batch normalisation layers in a training script (none elsewhere)."""
+
+    def __init__(self, ctx) -> None:
+        q = ctx.query
+        classes = q.vocabulary.batchnorm_classes
+        self.sites: list[cst.Call] = []
+        if classes and q.is_training_script():
+            self.sites = [c for c in q.index.of_type(ctx.module, cst.Call) if q.is_call_to(c, classes)]
+
+
 class BatchNormStatistics(Rule):
-    """Note the batch normalisation layers of a training script: their statistics become per rank.
+    """Note the batch normalisation layers of a training script: their statistics become per rank; with
+    ``--sync-batchnorm``, synchronise them as the framework does.
 
     Why: a batch normalisation layer normalises each batch with that batch's own mean and variance. Launched on N
     ranks, each normalises its own share (B/N samples with ``--batch global``, B with ``--batch per-device``),
     not the batch the single process saw, and keeps running statistics of its own: training differs from the
     original's (measured: 1e-1 relative on a CNN with ``--batch global``) and the saved running statistics are
-    rank 0's. Synchronised batch normalisation (``SyncBatchNorm``, ``BatchNormalization(synchronized=True)``)
-    normalises over the whole batch, where the framework supports it on the devices used.
+    rank 0's. Synchronised batch normalisation normalises over the whole batch, where the framework runs it:
+    Keras ``BatchNormalization(synchronized=True)`` on any device (written into the layer's call here); torch
+    ``SyncBatchNorm`` on CUDA and Paddle's on GPUs (``dp.Strategy(sync_batchnorm=True)``, written into
+    ``dp.init`` by init-runtime: the runtime converts each wrapped model, and stops a launched job on a device
+    where its framework has none, rather than train unsynchronised).
     Example (note):  self.bn1 = nn.BatchNorm2d(64)   -> batch normalisation (bn1, ...): statistics per rank
-    Leaves alone: the layers (a note only); scripts that do not train; files where the layers are not built.
+    Example (--sync-batchnorm, Keras):  layers.BatchNormalization()  ->  layers.BatchNormalization(synchronized=True)
+    Leaves alone: layers given ``synchronized=`` already; a Keras layer with ``fused=True`` (declined: the fused
+    kernel cannot synchronise); scripts that do not train; files where the layers are not built.
     """
 
     name = "batch-norm"
     about_training = False
 
     def finish(self) -> None:
-        classes = self.vocabulary.batchnorm_classes
-        if not classes or not self.q.is_training_script():
-            return
-        sites = [c for c in self.q.index.of_type(self.ctx.module, cst.Call) if self.q.is_call_to(c, classes)]
+        sites = self.ctx.analysis(BatchNormLayers).sites
         if not sites:
             return
         names = list(dict.fromkeys(self._name(c) for c in sites))
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        how = self.vocabulary.sync_batchnorm
+        if self.ctx.options.sync_batchnorm and how == "strategy":
+            self.report(sites[0], "note", (
+                f"batch normalisation ({shown}) synchronised over the ranks when launched (--sync-batchnorm: "
+                "dp.Strategy(sync_batchnorm=True) in dp.init): on GPUs; where the framework has no synchronised "
+                "batch normalisation (the CPU) the launched job stops at dp.distributed_model saying so"))
+            return
+        if self.ctx.options.sync_batchnorm and how:
+            self._synchronise(sites, how)
+            return
         share = "B/N samples" if self.ctx.options.batch == "global" else "its own batch of B"
+        unsupported = " (--sync-batchnorm: dpmigrate knows no synchronised form for this framework)" \
+            if self.ctx.options.sync_batchnorm else ""
         self.report(sites[0], "note", (
             f"batch normalisation ({shown}): launched, each rank normalises over {share}, not the original's batch, "
             "and keeps running statistics of its own (the checkpoint holds rank 0's): training differs from one "
-            "process's (dpmigrate verify names it)"),
-            "synchronise the statistics where your devices support it: torch.nn.SyncBatchNorm.convert_sync_batchnorm"
-            "(model) on CUDA, paddle.nn.SyncBatchNorm.convert_sync_batchnorm(model) on GPUs, Keras "
-            "BatchNormalization(synchronized=True); or accept the difference")
+            f"process's (dpmigrate verify names it){unsupported}"),
+            "convert with --sync-batchnorm (Keras: synchronized=True on any device; torch, Paddle: "
+            "dp.Strategy(sync_batchnorm=True), on GPUs), or accept the difference")
+
+    def _synchronise(self, sites: list[cst.Call], keyword: str) -> None:
+        """Give each layer ``keyword=True`` (Keras: ``synchronized=True``) unless it says otherwise already."""
+        for call in sites:
+            if argument(call, None, keyword) is not None or any(a.star for a in call.args):
+                continue  # the script chose (or may choose, through **kwargs); a second run changes nothing
+            fused = argument(call, None, "fused")
+            if fused is not None and not (isinstance(fused.value, cst.Name) and fused.value.value in ("False", "None")):
+                self.report(call, "declined", f"batch normalisation {self._name(call)} with fused={self.code(fused.value)}"
+                            f": the fused kernel cannot be synchronised", f"drop fused= and add {keyword}=True")
+                continue
+            new = cst.Arg(keyword=cst.Name(keyword), value=cst.Name("True"),
+                          equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                                whitespace_after=cst.SimpleWhitespace("")))
+            self.ctx.plan.replace(call, lambda updated, new=new: updated.with_changes(args=appended(updated.args, new)))
+            self.report(call, "change", f"{self._name(call)}: {keyword}=True (--sync-batchnorm): normalises over the "
+                        "whole batch of every rank, as one process over the original's batch")
 
     def _name(self, call: cst.Call) -> str:
         """``bn1`` of ``self.bn1 = nn.BatchNorm2d(64)``, else the class (``BatchNorm2d``)."""

@@ -16,6 +16,8 @@ class InitRuntime(Rule):
                   args = parser.parse_args()  ->   args = parser.parse_args()
                   ...                              dp.init()
     Where the entry point is: see ``dpmigrate.codemod.entry``.
+    With ``--sync-batchnorm`` where the framework synchronises through the runtime (torch, Paddle), the call
+    is ``dp.init(dp.Strategy(sync_batchnorm=True))``.
     Leaves alone: files that train nothing (no backward pass or optimizer step: modules of models
     and helpers, imported by the script); every runtime call starts the runtime lazily anyway.
     """
@@ -27,10 +29,15 @@ class InitRuntime(Rule):
         entry = self.ctx.analysis(EntryPoint)
         if entry.anchor is None:
             return  # a module of models or helpers: any dp call it gets starts the runtime lazily
-        statement = self.statement("{dp}.init()\n")
+        strategy = self.ctx.options.sync_batchnorm and self.vocabulary.sync_batchnorm == "strategy"
+        statement = self.statement("{dp}.init({dp}.Strategy(sync_batchnorm=True))\n" if strategy else "{dp}.init()\n")
         if entry.after:
             self.ctx.plan.insert_after(entry.anchor, statement)
         else:
             self.ctx.plan.insert_before(entry.anchor, statement)
         where = "after the arguments are parsed" if entry.after_parsed_arguments else "at the entry point"
-        self.report(entry.anchor, "change", f"dp.init() {where}: joins the job the launcher started (nothing when run plainly)")
+        said = "dp.init(dp.Strategy(sync_batchnorm=True))" if strategy else "dp.init()"
+        synchronised = (" and, launched, synchronises the batch normalisation of every model dp.distributed_model wraps "
+                        "(--sync-batchnorm; GPUs only: elsewhere the job stops saying so)") if strategy else ""
+        self.report(entry.anchor, "change",
+                    f"{said} {where}: joins the job the launcher started (nothing when run plainly){synchronised}")

@@ -75,6 +75,7 @@ VOCABULARY = Vocabulary(
     batchnorm_classes=frozenset({*(f"torch.nn.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d",
                                                              "LazyBatchNorm2d", "LazyBatchNorm3d")),
                                  *(f"torch.nn.modules.batchnorm.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"))}),
+    sync_batchnorm="strategy",
     object_prefixes=("torch.nn", "torch.utils", "torch.optim", "torch.distributions", "torchvision.datasets",
                      "torchvision.models"),
     save_calls=frozenset({"torch.save"}),
