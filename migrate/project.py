@@ -103,12 +103,22 @@ def training_hints(conversions: Iterable[Conversion]) -> dict[str, Hints]:
 
 
 def read_as_local_module(conversion: Conversion, hints: Hints) -> Conversion:
-    """``conversion`` of a module the run was not asked to convert, with a note saying why it was."""
+    """``conversion`` of a module the run was not asked to convert, with a finding saying why it was read and what
+    came of it: "converted so that they are sharded" only when something was (issue 19: a hand-batching generator
+    module came back unchanged under that note)."""
     functions = ", ".join(sorted({f"{f}()" for f, _, _ in hints.roles}))
-    note = Finding(
-        conversion.path, 1, 1, RULE, "note",
-        f"read as a local module of {hints.script}, which trains on the loaders {functions} returns: "
-        "converted with it so that they are sharded",
-    )
-    return dataclasses.replace(conversion, findings=(note, *conversion.findings))
+    read = f"read as a local module of {hints.script}, which trains on what {functions} returns"
+    if conversion.output != conversion.original:
+        finding = Finding(conversion.path, 1, 1, RULE, "note", f"{read}: converted with it so that it is sharded")
+    elif any(f.severity in ("declined", "error") for f in conversion.findings):
+        finding = Finding(conversion.path, 1, 1, RULE, "note", f"{read}: left unchanged, for the reasons below")
+    else:
+        why = "it imports no framework" if conversion.framework is None else "it builds no DataLoader there"
+        finding = Finding(
+            conversion.path, 1, 1, RULE, "declined",
+            f"{read}, but nothing here could be sharded ({why}): every rank would read all of it",
+            "return a DataLoader over a Dataset from it (dpmigrate then shards it), or give each rank its part of "
+            "every batch it makes (dp.shard(x))",
+        )
+    return dataclasses.replace(conversion, findings=(finding, *conversion.findings))
 

@@ -78,6 +78,18 @@ def _rebuild(loader: DataLoader, batch_sampler) -> DataLoader:
     )
 
 
+def shardable(sequence):
+    """``sequence`` as something ``len()`` and slicing work on: a ``DenseTensor`` (what a ``paddle.io.DataLoader``
+    yields in static graph mode, without ``len()``) becomes its NumPy array; anything else is returned as it is."""
+    if hasattr(sequence, "__len__"):
+        return sequence
+    from paddle.base import core
+
+    if isinstance(sequence, core.DenseTensor):
+        return np.array(sequence)
+    return sequence
+
+
 def distributed_loader_for(obj, rank: int, world_size: int, *, evaluation: bool = False):
     if isinstance(obj, DataLoader):
         if world_size == 1 or isinstance(obj.batch_sampler, DistributedBatchSampler):

@@ -56,8 +56,8 @@ class AllReduceGradientsOptimizer:
                 "LayerHelper) as Fleet's own minimize does on CPU. Unset FLAGS_enable_pir_api, or train on GPUs"
             )
         broadcast_parameters_at_startup(startup_program or paddle.static.default_startup_program())
-        params_grads = self._optimizer.backward(loss, startup_program=startup_program, parameters=parameters,
-                                                no_grad_set=no_grad_set)
+        # positionally: a decorated optimizer (paddle.static.amp.decorate) names the third one parameter_list
+        params_grads = self._optimizer.backward(loss, startup_program, parameters, no_grad_set)
         averaged = []
         for param, grad in params_grads:
             if grad is None:
@@ -65,7 +65,10 @@ class AllReduceGradientsOptimizer:
                 continue
             dist.all_reduce(grad)  # in static mode: an all-reduce op on this gradient, in the program
             averaged.append((param, grad / self._world_size))
-        optimize_ops = self._optimizer.apply_gradients(averaged)
+        if isinstance(self._optimizer, paddle.optimizer.Optimizer):
+            optimize_ops = self._optimizer.apply_gradients(averaged)
+        else:  # a decorator's own update (AMP: unscale, check for inf, then step)
+            optimize_ops = self._optimizer.apply_optimize(loss, startup_program, averaged)
         return optimize_ops, averaged
 
     def __getattr__(self, name):

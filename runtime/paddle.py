@@ -30,8 +30,8 @@ import paddle
 import paddle.distributed as dist
 from paddle.distributed import fleet
 
-from . import _paddle_env, _paddle_static, _paddle_strategy, common
-from ._paddle_data import distributed_loader_for
+from . import _paddle_env, _paddle_model, _paddle_static, _paddle_strategy, common
+from ._paddle_data import distributed_loader_for, shardable
 from ._paddle_store import StoreBarrier
 from .atomic import atomic_write
 from .role import Role
@@ -98,6 +98,7 @@ def init(strategy: Strategy | None = None, *, timeout: float | None = None) -> R
         else:
             fleet.init(is_collective=True, strategy=native)
         _state.native, _state.started = native, True
+        _paddle_model.keep_reducers_alive()  # two wrappers of one layer (two paddle.Model): see _paddle_model
         _state.barrier = StoreBarrier.from_default_store(role.world_size, timeout_s)
         atexit.register(shutdown)
     _state.role, _state.strategy, _state.timeout_s = role, strategy, timeout_s
@@ -151,16 +152,22 @@ def device() -> str:
 
 
 def distributed_model(model: paddle.nn.Layer) -> paddle.nn.Layer:
-    """``fleet.distributed_model``: a ``paddle.DataParallel`` (keys as unwrapped); unchanged when not launched."""
+    """``fleet.distributed_model``: a ``paddle.DataParallel`` (keys as unwrapped) that forwards the attributes and
+    methods it lacks to the layer, and hands ``paddle.jit.to_static`` on to it (:mod:`._paddle_model`); the
+    model itself when not launched."""
     init()
-    if isinstance(model, paddle.DataParallel) or world_size() == 1:
+    if isinstance(model, paddle.DataParallel):
+        return _paddle_model.forwarding(model)
+    if world_size() == 1:
         return model
     if not isinstance(model, paddle.nn.Layer):
         raise TypeError(f"distributed_model() needs a paddle.nn.Layer, got {type(model).__name__}")
     if not paddle.in_dynamic_mode():
         raise RuntimeError("distributed_model() is for dygraph (paddle.nn.Layer) training; in static graph mode "
                            "use dp.distributed_optimizer(optimizer).minimize(loss) instead")
-    return fleet.distributed_model(model)
+    if _state.strategy.sync_batchnorm:
+        model = _paddle_strategy.synchronised_batchnorm(model)
+    return _paddle_model.forwarding(fleet.distributed_model(model))
 
 
 def unwrap(model):
@@ -194,7 +201,11 @@ def distributed_loader(loader_or_dataset, *, evaluation: bool = False):
 
 
 def shard(sequence: Sequence) -> Sequence:
-    """This rank's contiguous part of any indexable; the first ranks take one more when uneven."""
+    """This rank's contiguous part of any indexable; the first ranks take one more when uneven.
+
+    Paddle tensors of either mode count as indexable: a static-graph ``DataLoader`` yields ``DenseTensor``s,
+    which have no ``len()``; their part comes back as a NumPy array (what ``Executor.run`` feeds)."""
+    sequence = shardable(sequence)
     start, stop = common.shard_indices(len(sequence), rank(), world_size())
     return sequence[start:stop]
 

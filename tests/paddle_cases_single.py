@@ -114,6 +114,21 @@ def test_static_graph_only_knobs_are_refused_in_dygraph(strategy, knob):
         dp.init(strategy)
 
 
+def test_sync_batchnorm_maps_onto_the_static_strategy_and_unlaunched_leaves_the_model():
+    assert _paddle_strategy.to_distributed_strategy(dp.Strategy(sync_batchnorm=True), mode="static-fleet").sync_batch_norm
+    dp.init(dp.Strategy(sync_batchnorm=True))
+    model = paddle.nn.Sequential(paddle.nn.Linear(3, 4), paddle.nn.BatchNorm1D(4))
+    assert dp.distributed_model(model) is model and type(model[1]) is paddle.nn.BatchNorm1D
+
+
+def test_sync_batchnorm_off_a_gpu_is_refused_naming_the_layers_and_a_model_without_them_is_kept():
+    model = paddle.nn.Sequential(paddle.nn.Linear(3, 4), paddle.nn.BatchNorm1D(4))
+    with pytest.raises(dp.UnsupportedStrategy, match=r"GPUs only and this rank trains on cpu, .*layers \(1\)"):
+        _paddle_strategy.synchronised_batchnorm(model)
+    plain = paddle.nn.Sequential(paddle.nn.Linear(3, 4), paddle.nn.LayerNorm(4))
+    assert _paddle_strategy.synchronised_batchnorm(plain) is plain
+
+
 def test_bf16_compression_is_refused_everywhere():
     with pytest.raises(dp.UnsupportedStrategy, match="fp16_allreduce only"):
         _paddle_strategy.check(dp.Strategy(gradient_compression="bf16"), mode="static-fleet")

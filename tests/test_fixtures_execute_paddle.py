@@ -15,7 +15,10 @@ for every run), ``steps`` and ``verify`` (see ``tests/verify_cases.py``), ``save
 ``{}`` standing for the run's name; default ``"{}.pdparams"``; ``"{}"`` for ``paddle.Model.save``, which adds
 the suffix itself), ``same_lines`` (words of printed lines that must read the same in the 2-rank run as in
 the original: exact metrics of a sharded evaluation, all-reduced) and
-``model`` (a Layer class of ``before.py``: the 2-rank checkpoint must load into it with exactly its keys).
+``model`` (a Layer class of ``before.py``: the 2-rank checkpoint must load into it with exactly its keys),
+``verified_by`` (the verify run is that test's: the tutorials need their MNIST files made first) and
+``not_executed`` (the reason a case the converter changes cannot run here: fluid 1.x, a package dpmigrate does
+not install, a module that is no script). Every case the converter changes has one or the other (issue 22).
 
 One framework per process: the scripts run in subprocesses; checkpoints are read by
 ``tests/jobs/paddle_checkpoint.py``, and this module compares NumPy arrays.
@@ -36,15 +39,36 @@ from fixture_cases import cases, run
 from verify_cases import assert_as_expected, verify_fixture
 
 JOBS = Path(__file__).parent / "jobs"
-EXECUTABLE = [  # a case whose execute.json names its own test (the static graph's) runs there, with its own checks
-    c for c in cases("paddle") if (c / "execute.json").exists() and "own_test" not in json.loads((c / "execute.json").read_text())
-]
-VERIFIED = [c for c in cases("paddle") if (c / "execute.json").exists()]  # the static graph's own test too
+
+
+def _spec(case: Path) -> dict:
+    path = case / "execute.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+RUNNABLE = [c for c in cases("paddle") if (c / "execute.json").exists() and "not_executed" not in _spec(c)]
+EXECUTABLE = [c for c in RUNNABLE if "own_test" not in _spec(c)]  # an own_test case runs there, with its own checks
+VERIFIED = [c for c in RUNNABLE if "verified_by" not in _spec(c)]  # the static graph's own test too
 TIMEOUT = 300
 
 
 def test_at_least_three_paddle_fixtures_are_executed():
     assert len(EXECUTABLE) >= 3, [c.name for c in EXECUTABLE]
+
+
+def test_every_paddle_fixture_the_converter_changes_is_executed_or_says_why_not():
+    """Issue 22: run on 2 ranks against 1 through verify (here or in the test ``verified_by`` names), or exempt
+    with the reason in ``execute.json``."""
+    for case in cases("paddle"):
+        if run(case).output == (case / "before.py").read_bytes():
+            continue  # left byte-identical: nothing to execute
+        spec = _spec(case)
+        assert spec, f"{case.name}: converted, but it has no execute.json (run it, or say why it cannot run)"
+        if "not_executed" in spec:
+            assert len(spec["not_executed"]) > 40, f"{case.name}: not_executed says why, in words"
+        elif "verified_by" in spec:
+            test = Path(__file__).parent.parent / spec["verified_by"]
+            assert test.exists() and case.name in test.read_text(), f"{case.name}: {spec['verified_by']} verifies it"
 
 
 def _env():

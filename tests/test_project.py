@@ -142,7 +142,7 @@ def test_the_module_that_builds_the_training_loader_is_read_with_a_note_saying_w
     main([str(project / "main.py")])
     out = capsys.readouterr().err
     assert (f"{project / module}:1:1: note detect-framework: read as a local module of {project / 'main.py'}, which "
-            f"trains on the loaders {function} returns: converted with it so that they are sharded") in out
+            f"trains on what {function} returns: converted with it so that it is sharded") in out
     assert "dp.distributed_loader(DataLoader(" in (project / module).read_text()
 
 

@@ -40,3 +40,38 @@ def test_sync_batchnorm_puts_the_strategy_in_init_and_says_where_it_runs():
 
 def test_a_file_that_only_defines_a_model_gets_no_note():
     assert not findings_of(convert_text(NET.split("model = Net()")[0]), "batch-norm")
+
+
+PADDLE = """
+import paddle
+
+net = paddle.nn.Sequential(paddle.nn.Linear(4, 8), paddle.nn.BatchNorm1D(8), paddle.nn.Linear(8, 1))
+opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
+for x in paddle.io.DataLoader(paddle.io.TensorDataset([paddle.ones([8, 4])]), batch_size=4):
+    loss = net(x[0]).mean()
+    loss.backward()
+    opt.step()
+    opt.clear_grad()
+"""
+HAPI = """
+import paddle
+
+net = paddle.nn.Sequential(paddle.nn.Linear(4, 8), paddle.nn.BatchNorm1D(8), paddle.nn.Linear(8, 1))
+model = paddle.Model(net)
+model.prepare(paddle.optimizer.SGD(learning_rate=0.1, parameters=net.parameters()), paddle.nn.MSELoss())
+model.fit(paddle.io.TensorDataset([paddle.ones([8, 4]), paddle.ones([8, 1])]), batch_size=4)
+"""
+
+
+def test_paddle_sync_batchnorm_goes_through_the_strategy():
+    result = convert_text(PADDLE, batch="global", sync_batchnorm=True)
+    assert "dp.init(dp.Strategy(sync_batchnorm=True))\n" in result.output.decode()
+    [note] = findings_of(result, "batch-norm", "note")
+    assert "BatchNorm1D) synchronised over the ranks when launched" in note.message
+
+
+def test_a_paddle_model_that_distributes_itself_is_declined_with_the_manual_conversion():
+    result = convert_text(HAPI, batch="global", sync_batchnorm=True)
+    [declined] = findings_of(result, "batch-norm", "declined")
+    assert declined.line == 5 and "paddle.Model(...) wraps its network" in declined.message
+    assert "convert_sync_batchnorm(net) before paddle.Model(net)" in declined.fix

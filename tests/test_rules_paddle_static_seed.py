@@ -16,14 +16,17 @@ from paddle_seed import COPY, SEEDS, SINGLE_CARD, WITH_FLEET, meaningful_lines, 
 
 CASE = FIXTURES / "paddle" / "seed_fleet"
 
-# The two lines of the seed's train_with_fleet.py that the conversion deliberately writes otherwise:
+# The lines of the seed's train_with_fleet.py that the conversion deliberately writes otherwise:
 # - the seed builds `dist_strategy` and then passes a fresh `DistributedStrategy()` to
 #   distributed_optimizer, so a knob set on dist_strategy would be lost (its own tuning example passes
 #   dist_strategy); with no knob set both are the default strategy;
-# - `print(gpu_id)` is a debugging print of the card number, no part of the conversion.
+# - `print(gpu_id)` is a debugging print of the card number, no part of the conversion;
+# - the seed saves on every trainer; trainers sharing a file system would write the same files at once, so the
+#   conversion saves on the first trainer only (issue 19, item 5), as Fleet's own examples do.
 SEED_ONLY = ["optimizer = fleet . distributed_optimizer ( optimizer , strategy = DistributedStrategy ( ) )",
-             "print ( gpu_id )"]
-OURS_ONLY = ["optimizer = fleet . distributed_optimizer ( optimizer , strategy = dist_strategy )"]
+             "print ( gpu_id )", "    fleet . save_persistables ( exe , model_path )"]
+OURS_ONLY = ["optimizer = fleet . distributed_optimizer ( optimizer , strategy = dist_strategy )",
+             "    if fleet . worker_index ( ) == 0 :", "        fleet . save_persistables ( exe , model_path )"]
 
 
 def _split_imports(lines: list[str]) -> tuple[Counter, list[str]]:
@@ -62,7 +65,7 @@ def test_the_four_differences_and_the_card_are_reported_with_the_fluid_removal_n
     messages = [f.message for f in findings if f.rule == "fluid-fleet"]
     assert any("paddle.fluid was removed in Paddle 2.6" in m for m in messages)
     for expected in ("fleet.distributed_optimizer", "default_startup_program()", "FLAGS_selected_gpus",
-                     "program=train_prog", "fleet.save_persistables"):
+                     "program=train_prog", "fleet.save_persistables", "first trainer only"):
         assert any(expected in m for m in messages), expected
     assert {f.severity for f in findings} == {"change", "note"}
 

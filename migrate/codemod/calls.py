@@ -30,16 +30,20 @@ def argument(call: cst.Call, position: int | None, keyword: str | None) -> cst.A
     return None
 
 
-def appended(args, new: cst.Arg) -> list[cst.Arg]:
-    """``args`` and ``new`` after them, laid out as the call was (one line, or one argument a line
+
+def appended(call: cst.Call, new: cst.Arg) -> cst.Call:
+    """``call`` with ``new`` after its arguments, laid out as the call was (one line, or one argument a line
     with a trailing comma): the one way rules add a keyword to a call."""
-    args = list(args)
+    args = list(call.args)
     if not args:
-        return [new]
+        return call.with_changes(args=[new])
     last = args[-1]
     if last.comma is cst.MaybeSentinel.DEFAULT:
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        return [*args, new]
-    between = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last.comma
+        return call.with_changes(args=[*args, new])
+    if len(args) > 1 and isinstance(args[-2].comma, cst.Comma):
+        between = args[-2].comma
+    else:  # f(\n    a,\n): the new argument goes where the first one starts
+        between = cst.Comma(whitespace_after=call.whitespace_before_args)
     args[-1] = last.with_changes(comma=between)
-    return [*args, new.with_changes(comma=last.comma)]
+    return call.with_changes(args=[*args, new.with_changes(comma=last.comma)])

@@ -230,8 +230,11 @@ class _Coverage:
                         self._imports.add(bound.value)
         return self._imports
 
-    def _calls_only_builtins(self, call: cst.Call) -> bool:
-        return isinstance(call.func, cst.Name) and call.func.value in _ITERATION_HELPERS
+    def _calls_only_builtins(self, expression: cst.CSTNode) -> bool:
+        """Whether every call in ``expression`` (a call, or a tuple of them: ``a, b = f(64), f(16)``) is an
+        iteration helper (``range``, ``zip``...)."""
+        calls = [c for c in walk(expression) if isinstance(c, cst.Call)]
+        return all(isinstance(c.func, cst.Name) and c.func.value in _ITERATION_HELPERS for c in calls)
 
     def _assignments(self, name: str, function) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
         scope = function if function is not None else self.ctx.module

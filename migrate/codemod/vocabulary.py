@@ -61,6 +61,9 @@ class Vocabulary:
     # converts every wrapped model's layers, where the framework runs its synchronised ones), or the keyword the
     # layers' constructor takes ("synchronized" for Keras); "" when dpmigrate knows no way
     sync_batchnorm: str = ""
+    # model classes that wrap their network for data parallelism themselves (``paddle.Model``): the runtime's
+    # distributed_model never sees their network, so Strategy(sync_batchnorm=True) cannot reach it
+    self_distributing_models: frozenset[str] = frozenset()
     save_calls: frozenset[str] = frozenset()  # ``torch.save``
     image_writers: frozenset[str] = frozenset()  # sample images written by every rank otherwise
     download_prefixes: tuple[str, ...] = ()  # calls that fetch files (``torch.hub.load_state_dict_from_url``)

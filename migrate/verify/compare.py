@@ -296,8 +296,9 @@ def _divergence_causes(first: Difference, worst: Difference, factor: Cause | Non
         causes.append(Cause("batchnorm", (
             f"batch normalisation ({where}) normalises each rank's share of the batch, not the whole batch, so "
             f"every gradient after it differs (the largest difference is in {worst.parameter}). Synchronise them "
-            "(torch.nn.SyncBatchNorm.convert_sync_batchnorm, paddle.nn.SyncBatchNorm.convert_sync_batchnorm, "
-            "BatchNormalization(synchronized=True)) where your devices support it, or accept the difference")))
+            "where the framework runs synchronised batch normalisation (convert with --sync-batchnorm: Keras on any "
+            "device, which `dpmigrate verify --sync-batchnorm` checks here; torch on CUDA, Paddle on GPUs), or "
+            "accept the difference")))
     if data.other and data.other[0] <= first.step and factor is None and shares is None:
         causes.append(_data_cause(data))
     adaptive = [k for k in one.optimizer_kinds if any(a in k for a in _ADAPTIVE)]

@@ -17,7 +17,8 @@ class BatchNormLayers:
         classes = q.vocabulary.batchnorm_classes
         self.sites: list[cst.Call] = []
         if classes and q.is_training_script():
-            self.sites = [c for c in q.index.of_type(ctx.module, cst.Call) if q.is_call_to(c, classes)]
+            self.sites = [c for c in q.index.of_type(ctx.module, cst.Call)  # not the layer's call: `BatchNormalization()(h)`
+                          if not isinstance(c.func, cst.Call) and q.is_call_to(c, classes)]
 
 
 class BatchNormStatistics(Rule):
@@ -48,14 +49,11 @@ class BatchNormStatistics(Rule):
             return
         names = list(dict.fromkeys(self._name(c) for c in sites))
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        how = self.vocabulary.sync_batchnorm
-        if self.ctx.options.sync_batchnorm and how == "strategy":
-            self.report(sites[0], "note", (
-                f"batch normalisation ({shown}) synchronised over the ranks when launched (--sync-batchnorm: "
-                "dp.Strategy(sync_batchnorm=True) in dp.init): on GPUs; where the framework has no synchronised "
-                "batch normalisation (the CPU) the launched job stops at dp.distributed_model saying so"))
+        how = self.vocabulary.sync_batchnorm if self.ctx.options.sync_batchnorm else None
+        if how == "strategy":
+            self._through_the_strategy(sites[0], shown)
             return
-        if self.ctx.options.sync_batchnorm and how:
+        if how:
             self._synchronise(sites, how)
             return
         share = "B/N samples" if self.ctx.options.batch == "global" else "its own batch of B"
@@ -67,6 +65,23 @@ class BatchNormStatistics(Rule):
             f"process's (dpmigrate verify names it){unsupported}"),
             "convert with --sync-batchnorm (Keras: synchronized=True on any device; torch, Paddle: "
             "dp.Strategy(sync_batchnorm=True), on GPUs), or accept the difference")
+
+    def _through_the_strategy(self, first: cst.Call, shown: str) -> None:
+        """Say what ``dp.Strategy(sync_batchnorm=True)`` (init-runtime writes it) does, or decline where a model
+        class distributes its network itself (``paddle.Model``) and so never meets the runtime's conversion."""
+        own = self.vocabulary.self_distributing_models
+        itself = [c for c in self.q.index.of_type(self.ctx.module, cst.Call) if own and self.q.is_call_to(c, own)]
+        if itself:
+            model = self.code(itself[0].func)
+            self.report(itself[0], "declined", (
+                f"--sync-batchnorm: {model}(...) wraps its network for data parallelism itself, where "
+                f"dp.Strategy(sync_batchnorm=True) does not reach: batch normalisation ({shown}) stays per rank"),
+                f"on GPUs, net = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(net) before {model}(net)")
+            return
+        self.report(first, "note", (
+            f"batch normalisation ({shown}) synchronised over the ranks when launched (--sync-batchnorm: "
+            "dp.Strategy(sync_batchnorm=True) in dp.init): on GPUs; where the framework has no synchronised "
+            "batch normalisation (the CPU) the launched job stops at dp.distributed_model saying so"))
 
     def _synchronise(self, sites: list[cst.Call], keyword: str) -> None:
         """Give each layer ``keyword=True`` (Keras: ``synchronized=True``) unless it says otherwise already."""
@@ -81,7 +96,7 @@ class BatchNormStatistics(Rule):
             new = cst.Arg(keyword=cst.Name(keyword), value=cst.Name("True"),
                           equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                                                 whitespace_after=cst.SimpleWhitespace("")))
-            self.ctx.plan.replace(call, lambda updated, new=new: updated.with_changes(args=appended(updated.args, new)))
+            self.ctx.plan.replace(call, lambda updated, new=new: appended(updated, new))
             self.report(call, "change", f"{self._name(call)}: {keyword}=True (--sync-batchnorm): normalises over the "
                         "whole batch of every rank, as one process over the original's batch")
 

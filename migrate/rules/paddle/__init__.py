@@ -12,8 +12,9 @@ batch size) are subclassed from there, limited to dygraph files.
 
 from __future__ import annotations
 
-from ...codemod.vocabulary import Vocabulary
+from ...codemod.vocabulary import Vocabulary, matches
 from ..common import (
+    BatchNormStatistics,
     DownloadMainProcessFirst,
     InitRuntime,
     LocalStop,
@@ -23,6 +24,7 @@ from ..common import (
     RankDivergence,
     SharedFolders,
     SharedRandomData,
+    SummedLoss,
 )
 from .distributed_model import PaddleDistributedModel
 from .distributed_optimizer import PaddleDistributedOptimizer
@@ -30,17 +32,26 @@ from .distributed_save import PaddleDistributedSave
 from .evaluation_loader import PaddleEvaluationLoader
 from .fluid_fleet import FluidFleet
 from .global_batch_size import PaddleGlobalBatchSize
+from .graph_mode import PaddleGraphMode
+from .hand_batches import PaddleHandBatches
 from .high_level_api import PaddleHighLevelApi
+from .high_level_checks import PaddleHighLevelChecks
 from .legacy_parallel import LEGACY_DISTRIBUTED_DESCRIPTION, LEGACY_DISTRIBUTED_PREFIXES, LegacyParallel
+from .manual_batching import PaddleManualBatching
+from .random_samples import PaddleRandomSamples
 from .rank_device import PaddleRankDevice
+from .save_condition import PaddleSaveCondition
 from .shard_training_loader import PaddleShardTrainingLoader
 from .static_divergence import StaticRankDivergence
 from .static_feed import StaticFeedShard
+from .static_loader import StaticBatchDimension, StaticLoaderShard
+from .static_local_stop import StaticLocalStop
 from .static_optimizer import StaticDistributedOptimizer
 from .static_pir import StaticPir
 from .static_place import StaticPlace
 from .static_save import StaticSave
 from .training_averages import PaddleTrainingAverages
+from .visualdl import PaddleVisualDL
 
 _DISTRIBUTED = "paddle.distributed"
 _COLLECTIVES = (
@@ -58,7 +69,8 @@ _DOWNLOADING_DATASETS = (
 
 # what builds or runs a static graph under paddle.static: a file is static when it builds a program, not when it
 # names a configuration class of the static module (InputSpec, which dygraph scripts give to paddle.jit.save, and
-# BuildStrategy / ExecutionStrategy, which they give to paddle.jit.to_static)
+# BuildStrategy / ExecutionStrategy, which they give to paddle.jit.to_static), nor when it calls the run-time
+# switch paddle.enable_static() (often under an option, in dygraph scripts: see graph_mode.py)
 _STATIC_GRAPH = (
     "data", "Program", "program_guard", "Executor", "default_main_program", "default_startup_program", "nn",
     "save", "load", "save_inference_model", "load_inference_model", "CompiledProgram",
@@ -68,15 +80,32 @@ _STATIC_GRAPH = (
     "normalize_program", "amp", "device_guard", "ipu_shard_guard", "Print",
 )
 
-VOCABULARY = Vocabulary(
+_SWITCHES = ("paddle.enable_static", "paddle.framework.enable_static")
+
+
+class _PaddleVocabulary(Vocabulary):
+    """Paddle's vocabulary; one combination of markers decides beyond the first-match order.
+
+    ``paddle.enable_static()`` is not a marker (a dygraph script may call it under an option: ``graph_mode.py``),
+    but a file that calls it and builds its program with ``paddle.fluid`` pieces is a Paddle 2.x static-graph
+    script (fluid 1.x had no such switch), converted onto the runtime like any static one.
+    """
+
+    def generation(self, qualified: set[str]) -> str:
+        found = super().generation(qualified)
+        if found == "fluid" and any(matches(name, _SWITCHES) for name in qualified):
+            return "static"
+        return found
+
+
+VOCABULARY = _PaddleVocabulary(
     framework="paddle",
     display_name="PaddlePaddle",
     runtime_module="dpmigrate.runtime.paddle",
     default_generation="dygraph",
-    # paddle.enable_static / paddle.static exist from Paddle 2.0 on: a file using them is Paddle 2.x static graph
+    # paddle.static exists from Paddle 2.0 on: a file building its program with it is Paddle 2.x static graph
     # (converted onto the runtime) even when it also uses paddle.fluid pieces; fluid alone means fluid 1.x
     generations=(
-        ("paddle.enable_static", "static"),
         *((f"paddle.static.{name}", "static") for name in _STATIC_GRAPH),
         ("paddle.fluid", "fluid"),
     ),
@@ -105,6 +134,10 @@ VOCABULARY = Vocabulary(
     }),
     random_seeds=frozenset({"paddle.seed", "paddle.framework.seed", "paddle.framework.random.seed"}),
     tensor_packages=("paddle",),
+    batchnorm_classes=frozenset(f"{m}.{n}" for m in ("paddle.nn", "paddle.nn.layer.norm")
+                                for n in ("BatchNorm", "BatchNorm1D", "BatchNorm2D", "BatchNorm3D")),
+    sync_batchnorm="strategy",  # dp.Strategy(sync_batchnorm=True): SyncBatchNorm.convert_sync_batchnorm on GPUs
+    self_distributing_models=frozenset({"paddle.Model", "paddle.hapi.Model", "paddle.hapi.model.Model"}),
     object_prefixes=("paddle.nn", "paddle.io", "paddle.optimizer", "paddle.Model", "paddle.hapi", "paddle.vision",
                      "paddle.text", "paddle.metric", "paddle.static"),
     save_calls=frozenset({"paddle.save", "paddle.framework.save", "paddle.framework.io.save"}),
@@ -130,19 +163,28 @@ _DYGRAPH = (
     PaddleDistributedModel,
     PaddleDistributedOptimizer,
     PaddleShardTrainingLoader,
+    PaddleHandBatches,
+    PaddleManualBatching,
     PaddleEvaluationLoader,
     PaddleTrainingAverages,
     PaddleGlobalBatchSize,
+    SummedLoss,
+    BatchNormStatistics,
     PaddleHighLevelApi,
+    PaddleHighLevelChecks,
     DownloadMainProcessFirst,
     SharedRandomData,
+    PaddleRandomSamples,
     PaddleDistributedSave,
+    PaddleSaveCondition,
 )
 
 _CHECKS = (
+    PaddleGraphMode,
     MainProcessPrint,
     MainProcessLogging,
     MainProcessOutput,
+    PaddleVisualDL,
     SharedFolders,
     LocalStop,
     RankDivergence,
@@ -152,8 +194,8 @@ _CHECKS = (
 # conversion; its files are of the legacy "fluid" generation, which only rules naming it convert, since the
 # runtime cannot run where fluid does) and the retired multi-card APIs (reported, never rewritten).
 _STATIC = (
-    StaticPlace, StaticDistributedOptimizer, StaticFeedShard, StaticSave, StaticPir, FluidFleet, LegacyParallel,
-    StaticRankDivergence,
+    StaticPlace, StaticDistributedOptimizer, StaticLoaderShard, StaticFeedShard, StaticBatchDimension, StaticSave,
+    StaticPir, FluidFleet, LegacyParallel, StaticRankDivergence, StaticLocalStop,
 )
 
 RULES = (*_DYGRAPH, *_CHECKS, *_STATIC)

@@ -21,6 +21,7 @@ import libcst as cst
 from ...codemod.calls import argument
 from ...codemod.loaders import Loader, LoaderFlow, own_sampling
 from ...codemod.query import Query, parameter_owners
+from ._bindings import reaching, reachings
 
 HIGH_LEVEL_MODEL = {"paddle.Model", "paddle.hapi.Model", "paddle.hapi.model.Model"}
 
@@ -45,10 +46,13 @@ class HighLevelModels:
     def __init__(self, ctx) -> None:
         q: Query = ctx.query
         self.q = q
+        self.ctx = ctx
         self.constructions: list[cst.Call] = []
-        self.names: set[str] = set()  # variables holding a paddle.Model
+        self.names: set[str] = set()  # variables that hold a paddle.Model somewhere (see holds() for a given point)
         self.networks: set[str] = set()  # variables handed to paddle.Model(...)
         self.calls: list[HighLevelCall] = []
+        self._bindings: set[int] = set()  # ids of the statements binding a paddle.Model to a name
+        self._network_bindings: set[int] = set()  # ids of the statements binding a network a paddle.Model is given
         if not q.index.possible(HIGH_LEVEL_MODEL):
             return
         for call in q.index.of_type(ctx.module, cst.Call):
@@ -58,6 +62,9 @@ class HighLevelModels:
             network = argument(call, 0, "network")
             if network is not None and isinstance(network.value, cst.Name):
                 self.networks.add(network.value.value)
+                bound = reaching(ctx, call, network.value.value)
+                if bound is not None:
+                    self._network_bindings.add(id(bound))
             statement = q.statement_of(call)
             if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
                 small = statement.body[0]
@@ -65,37 +72,56 @@ class HighLevelModels:
                     for target in small.targets:
                         if isinstance(target.target, cst.Name):
                             self.names.add(target.target.value)
+                            self._bindings.add(id(statement))
         for call in q.index.of_type(ctx.module, cst.Call):
             func = call.func
             if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in self.names:
-                self.calls.append(HighLevelCall(func.value.value, func.attr.value, call))
+                if self.holds(call, func.value.value, networks=False):
+                    self.calls.append(HighLevelCall(func.value.value, func.attr.value, call))
+
+    def holds(self, node: cst.CSTNode, name: str, *, networks: bool = True) -> bool:
+        """``name`` read at ``node`` is a ``paddle.Model`` (or, with ``networks``, a network given to one).
+
+        Followed by binding (the same name may hold a plain Layer elsewhere); where the binding cannot be
+        told, by name, as before."""
+        if name not in self.names and not (networks and name in self.networks):
+            return False
+        bound = reachings(self.ctx, node, name)
+        if bound is None:
+            return True
+        return any(id(b) in self._bindings or (networks and id(b) in self._network_bindings) for b in bound)
 
     def of(self, method: str) -> list[HighLevelCall]:
         return [c for c in self.calls if c.method == method]
 
-    def prepared_optimizers(self) -> set[str]:
-        """Names of the optimizers handed to ``model.prepare(optimizer, ...)``."""
-        names = set()
+    def prepared_optimizers(self) -> tuple[set[str], set[int]]:
+        """Names of the optimizers handed to ``model.prepare(optimizer, ...)``, and the ids of the statements
+        binding them there (empty where that cannot be told)."""
+        names, bindings = set(), set()
         for found in self.of("prepare"):
             arg = argument(found.call, 0, "optimizer")
             if arg is not None and isinstance(arg.value, cst.Name):
                 names.add(arg.value.value)
-        return names
+                bound = reaching(self.ctx, found.call, arg.value.value)
+                if bound is not None:
+                    bindings.add(id(bound))
+        return names, bindings
 
     def prepares(self, optimizer: cst.Call) -> bool:
         """The optimizer built by ``optimizer`` belongs to a high-level model (the API averages its gradients)."""
-        if set(parameter_owners(self.q, optimizer)) & (self.names | self.networks):
+        if any(self.holds(optimizer, owner) for owner in parameter_owners(self.q, optimizer)):
             return True
         for ancestor in self.q.ancestors(optimizer):
             if isinstance(ancestor, cst.Call) and any(c.call is ancestor for c in self.of("prepare")):
                 return True
         statement = self.q.statement_of(optimizer)
+        names, bindings = self.prepared_optimizers()
         if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
             small = statement.body[0]
             if isinstance(small, cst.Assign) and any(
-                isinstance(t.target, cst.Name) and t.target.value in self.prepared_optimizers() for t in small.targets
+                isinstance(t.target, cst.Name) and t.target.value in names for t in small.targets
             ):
-                return True
+                return not bindings or id(statement) in bindings
         return False
 
     def data_arguments(self, kinds: set[tuple[str, int, str]]) -> list[tuple[HighLevelCall, cst.Arg]]:

@@ -9,9 +9,10 @@ from ...codemod.calls import argument
 from ...codemod.query import optimizer_class
 from ...codemod.rule import Rule
 from ._analyses import HighLevelModels
+from ._messages import AliasedReports
 
 
-class PaddleDistributedOptimizer(Rule):
+class PaddleDistributedOptimizer(AliasedReports, Rule):
     """Wrap ``paddle.optimizer.*(parameters=...)`` in ``dp.distributed_optimizer(...)``.
 
     Why: ``fleet.distributed_optimizer`` applies the job's ``Strategy`` (gradient merge, AMP...) and
@@ -58,7 +59,7 @@ class PaddleDistributedOptimizer(Rule):
             return
         self.ctx.plan.replace(lr, lambda updated: updated.with_changes(
             value=self.dp_call("scale_lr", updated.value, cst.SimpleString(f'"{rule}"'))))
-        self.report(lr, "change", f'learning rate {self.code(value)} -> dp.scale_lr(..., "{rule}")')
+        self.report(lr, "change", f'learning rate {self.code(value)} -> dp.scale_lr(..., "{rule}")', effect="scale-lr")
 
     def _scheduler(self, value: cst.BaseExpression) -> bool:
         """A call (``paddle.optimizer.lr.StepDecay(...)``) or a name assigned one."""

@@ -5,14 +5,16 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod.calls import argument
-from ...codemod.models import Models
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
+from ._bindings import BoundModels
+from ._messages import AliasedReports
+from .graph_mode import stands_down
 
 JIT_SAVE = {"paddle.jit.save", "paddle.jit.api.save"}
 
 
-class PaddleDistributedSave(Rule):
+class PaddleDistributedSave(AliasedReports, Rule):
     """Replace ``paddle.save(obj, path)`` with ``dp.save(obj, path)``; export ``paddle.jit.save`` once.
 
     Why: launched on N processes, every rank would write the same file at once (a torn checkpoint).
@@ -38,6 +40,8 @@ class PaddleDistributedSave(Rule):
     generations = ("dygraph", "static")
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.generation == "static" and stands_down(self.ctx):
+            return
         if self.q.is_call_to(node, self.vocabulary.save_calls):
             self._save(node)
         elif self.q.is_call_to(node, JIT_SAVE) and self.ctx.generation == "dygraph":
@@ -59,7 +63,7 @@ class PaddleDistributedSave(Rule):
         if self._guarded(node, "paddle.save"):
             return
         saved = argument(node, 0, "obj")
-        wrapped = set(self.ctx.analysis(Models).wrapped)
+        wrapped = set(self.ctx.analysis(BoundModels).wrapped)
         if saved is not None and _names_a_model(saved.value, wrapped):
             self.report(node, "declined",
                         f"paddle.save pickles the Layer object `{self.code(saved.value)}`; once converted it is the "
@@ -77,10 +81,10 @@ class PaddleDistributedSave(Rule):
         if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
                 and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is node):
             self.report(node, "declined", "paddle.jit.save inside a larger statement: every rank would export it",
-                        "export it in a statement of its own under `if dp.is_main_process():`, then dp.barrier()")
+                        f"export it in a statement of its own under `if {self.ctx.alias}.is_main_process():`, then dp.barrier()")
             return
         layer = argument(node, 0, "layer")
-        wrapped = set(self.ctx.analysis(Models).wrapped)
+        wrapped = set(self.ctx.analysis(BoundModels).wrapped)
         if layer is not None and isinstance(layer.value, cst.Name) and layer.value.value in wrapped:
             self.ctx.plan.replace(layer, lambda updated: updated.with_changes(value=self.dp_call("unwrap", updated.value)))
         self.ctx.plan.group([statement], self._main_process_only)

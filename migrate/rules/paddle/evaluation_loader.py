@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from ..common.evaluation_loader import EvaluationLoader
+from ._messages import AliasedReports
 
 
-class PaddleEvaluationLoader(EvaluationLoader):
+class PaddleEvaluationLoader(AliasedReports, EvaluationLoader):
     """Shard an evaluation ``paddle.io.DataLoader`` with ``evaluation=True`` and all-reduce its sums.
 
     Why: evaluating the whole set on every rank is correct but does N times the work; sharded without

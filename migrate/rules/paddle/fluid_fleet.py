@@ -8,6 +8,8 @@ import libcst as cst
 
 from ...codemod import patterns as m
 from ...codemod.rule import Rule
+from ._messages import AliasedReports
+from .fluid_data import chosen_on_a_condition, first_trainer_only, split_readers
 from .static_common import (
     CPU_PLACES,
     CUDA_PLACES,
@@ -47,7 +49,7 @@ class _Strategies:
     compiled: list[cst.Assign] = dataclasses.field(default_factory=list)  # `train_prog = CompiledProgram(...)...`
 
 
-class FluidFleet(Rule):
+class FluidFleet(AliasedReports, Rule):
     """Convert a single-card fluid 1.x static-graph script as the seed's ``train_with_fleet.py`` does.
 
     Why: Paddle's own four steps for fluid (seed 001): import Fleet and the role maker; define the
@@ -98,9 +100,7 @@ class FluidFleet(Rule):
         if not minimizes:
             return  # builds no training program: a module of networks or helpers
         if len(minimizes) > 1:
-            raise Declined(minimizes[1][0], f"{len(minimizes)} optimizers call minimize: the four-step conversion "
-                           "handles one", "after one fleet.init(role), wrap each optimizer with "
-                           "fleet.distributed_optimizer(optimizer, strategy=dist_strategy) by hand")
+            raise Declined(minimizes[1][0], *_several_minimizes(self, minimizes))
         call, owner, _ = minimizes[0]
         statement = q.statement_of(call)
         if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
@@ -209,6 +209,7 @@ class FluidFleet(Rule):
         if train is not None:
             plan.insert_after(minimize, self._statement(f"{train} = fleet.main_program\n", blank=True))
         needs_os = self._places()
+        needs_os = split_readers(self, fluid) or needs_os
         self._saves()
         new_imports = [*(["import os\n"] if needs_os and not self._imports_os() else []), *FLEET_IMPORTS]
         plan.insert_after(imports[-1], *(self._statement(code) for code in new_imports))
@@ -248,6 +249,10 @@ class FluidFleet(Rule):
         for place in q.findall(q.module, m.Call()):
             if not q.is_call_to(place, CUDA_PLACES | CPU_PLACES):
                 continue
+            if q.is_call_to(place, CPU_PLACES) and chosen_on_a_condition(q, place):
+                self.report(place, "note", "the CPU branch of this device choice is kept: a CPU run stays on the CPU "
+                            "(fluid's collective Fleet trains on GPUs, one per trainer: launch with --selected_gpus)")
+                continue
             statement = q.statement_of(place)
             plain = m.matches(statement, m.SimpleStatementLine(body=[m.Assign()])) and statement.body[0].value is place
             if plain and not assigned_gpu:
@@ -285,9 +290,7 @@ class FluidFleet(Rule):
                 plan.replace(call.func, lambda _, name=method: cst.parse_expression(f"fleet.{name}"))
             self.report(call, "change", f"fluid.io.{method} -> fleet.{method}: saves the trained program's "
                         "parameters (fleet's original program, not the transpiled one)")
-            self.report(call, "note", "every trainer runs this save, as in the seed; trainers that share a "
-                        "file system write the same files at once",
-                        "if they share one, write from the first trainer only: if fleet.worker_index() == 0:")
+            first_trainer_only(self, call, method)
 
     def _imports_os(self) -> bool:
         return any(self.code(a.name) == "os" and a.asname is None
@@ -317,3 +320,22 @@ def _with_comma(args) -> list[cst.Arg]:
     """``args`` with a ", " after each one, ready for one more argument."""
     return [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) if a.comma is cst.MaybeSentinel.DEFAULT
             else a for a in args]
+
+
+def _several_minimizes(rule, minimizes) -> tuple[str, str]:
+    """(message, fix) for a file that calls ``minimize`` more than once (a GAN: one loss per program)."""
+    owners = {rule.code(owner) for _, owner, _ in minimizes}
+    assigned = simple_assignments(rule.q)
+    programs = [rule.code(a.value) for run in executor_runs(rule.q) if (a := argument(run, 0, "program")) is not None
+                and program_kind(rule.q, a.value, assigned) != "startup"]
+    runs = f" ({', '.join(dict.fromkeys(programs))} are run)" if programs else ""
+    if len(owners) == 1:
+        message = (f"{owners.pop()} minimizes {len(minimizes)} losses, one per program{runs}: the four-step conversion "
+                   "handles one program")
+    else:
+        message = f"{len(owners)} optimizers call minimize{runs}: the four-step conversion handles one program"
+    fix = ("after one fleet.init(role), wrap each optimizer once: opt = fleet.distributed_optimizer(opt, "
+           "strategy=dist_strategy), call each minimize(loss, startup_program) under the program_guard of the "
+           "program it trains (Fleet adds that program's gradient all-reduce there), and keep running each program "
+           "with exe.run(program=<that program>): fleet.main_program is only the last one minimized")
+    return message, fix

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...codemod.calls import argument
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
 from ._analyses import HighLevelModels
+from ._bindings import BoundModels
+from ._messages import AliasedReports
+
+SUMMARIES = frozenset({"paddle.summary", "paddle.hapi.summary", "paddle.hapi.model_summary.summary"})
 
 
-class PaddleHighLevelApi(Rule):
+class PaddleHighLevelApi(AliasedReports, Rule):
     """Report what ``paddle.Model`` does by itself under a launcher, and wait before a reload.
 
     Why: measured with Paddle 3.3.1 on 2 gloo ranks: once ``dp.init()`` has joined the job, ``prepare``
@@ -21,8 +26,9 @@ class PaddleHighLevelApi(Rule):
     Example:  model.save("ckpt/final")              model.save("ckpt/final")
               model.load("ckpt/final")      ->      dp.barrier()
                                                     model.load("ckpt/final")
-    ``model.summary(...)`` (a table printed by every rank otherwise) runs on the main process only: it
-    runs the layer itself, not its DataParallel wrapper, so no rank waits for it.
+    ``model.summary(...)`` and ``paddle.summary(net, ...)`` (a table printed by every rank otherwise) run on the
+    main process only: they run the layer itself (``dp.unwrap`` of a wrapped one), not its DataParallel wrapper,
+    so no rank waits for them.
     Leaves alone: everything else of the high-level API (it is distributed already); a ``load`` that is
     not a statement of its own (declined); static-graph files.
     """
@@ -36,9 +42,17 @@ class PaddleHighLevelApi(Rule):
             self.report(construction, "note",
                         "paddle.Model distributes itself once dp.init() has joined the job: prepare() wraps the "
                         "network in DataParallel and fit()/evaluate() shard a Dataset; its network and optimizer "
-                        "are not wrapped again")
+                        "are not wrapped again", effect="shard")
         for summary in high_level.of("summary"):
             self._main_process_only(summary.call)
+        wrapped = set(self.ctx.analysis(BoundModels).wrapped)
+        for call in self.q.index.of_type(self.ctx.module, cst.Call):
+            if self.q.is_call_to(call, SUMMARIES):  # paddle.summary(net, input_size): the same table, as a function
+                layer = argument(call, 0, "net")
+                if layer is not None and isinstance(layer.value, cst.Name) and layer.value.value in wrapped:
+                    self.ctx.plan.replace(layer, lambda updated: updated.with_changes(
+                        value=self.dp_call("unwrap", updated.value)))
+                self._main_process_only(call)
         saves = [c for c in high_level.of("save")]
         for save in saves:
             self.report(save.call, "note", f"{save.model}.save(...) writes on (local) rank 0 only, as paddle.Model "
@@ -81,4 +95,4 @@ class PaddleHighLevelApi(Rule):
 
         if self.ctx.plan.group([statement], guarded):
             self.report(call, "change", "model summary printed by the main process only "
-                        "(under `if dp.is_main_process():`)")
+                        f"(under `if {self.ctx.alias}.is_main_process():`)")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
 from ...codemod import patterns as m
 from ...codemod.rule import Rule
+from ._messages import AliasedReports
+from .static_common import minimize_calls
 
 _PARALLEL_DO = ("paddle.fluid.layers.ParallelDo", "paddle.fluid.layers.parallel_do",
                 "paddle.fluid.layers.control_flow.ParallelDo")
@@ -19,6 +23,8 @@ LEGACY_DISTRIBUTED_PREFIXES = (
 )
 LEGACY_DISTRIBUTED_DESCRIPTION = "fluid's ParallelDo / ParallelExecutor / dygraph DataParallel / incubate Fleet"
 
+COMPILED = frozenset({"paddle.static.CompiledProgram", "paddle.fluid.CompiledProgram", "paddle.fluid.compiler.CompiledProgram",
+                      "paddle.base.CompiledProgram", "paddle.static.compiler.CompiledProgram"})
 _MODERN = ("one process per card, launched by python -m paddle.distributed.launch (or dpmigrate launch): start "
            "from the single-card script (build the network once, on the whole batch) and let dpmigrate convert "
            "it (Paddle 2.x/3.x static graph: dp.distributed_optimizer(optimizer).minimize(loss); dygraph: "
@@ -41,7 +47,7 @@ _DYGRAPH_FIX = ("port it to Paddle 2.x dygraph: paddle.distributed.init_parallel
                 "dpmigrate convert it (dp.distributed_model)")
 
 
-class LegacyParallel(Rule):
+class LegacyParallel(AliasedReports, Rule):
     """Report ``ParallelDo``/``parallel_do``, ``ParallelExecutor`` and fluid dygraph's ``prepare_context`` +
     ``DataParallel`` with what replaced them.
 
@@ -50,6 +56,8 @@ class LegacyParallel(Rule):
     ``write_output``, ``scale_loss``...), so the file is left byte-identical and each site gets a
     declined finding with the modern replacement: one process per card.
     Example:  pd = fluid.layers.ParallelDo(places)  ->  (unchanged) declined: one process per card...
+    ``CompiledProgram(...).with_data_parallel(...)`` (one process driving every card) is reported the same way,
+    except in a fluid file ``fluid-fleet`` converts (it becomes ``fleet.main_program`` there).
     Runs on files left unchanged too (detection leaves these files alone as hand-distributed).
     Leaves alone: the whole file, always (this rule only reports).
     """
@@ -58,6 +66,7 @@ class LegacyParallel(Rule):
     checks_only = True
 
     def finish(self) -> None:
+        self._with_data_parallel()
         if not self.q.index.possible(LEGACY_DISTRIBUTED_PREFIXES):
             return
         for call in self.q.findall(self.ctx.module, m.Call()):
@@ -66,3 +75,21 @@ class LegacyParallel(Rule):
                     dygraph = prefixes in (_PREPARE_CONTEXT, _FLUID_DATA_PARALLEL)
                     self.report(call, "declined", message, _DYGRAPH_FIX if dygraph else _MODERN)
                     break
+
+    def _with_data_parallel(self) -> None:
+        """``CompiledProgram(prog).with_data_parallel(...)``: one process driving every card (or CPU_NUM threads).
+
+        Reported unless fluid-fleet turns it into ``fleet.main_program`` (a fluid file with one ``minimize``)."""
+        if not self.q.index.possible(COMPILED):
+            return
+        if self.ctx.generation == "fluid" and len(list(minimize_calls(self.q))) == 1:
+            return  # fluid-fleet converts the compiled program it runs (with its build and execution strategies)
+        for call in self.q.findall(self.ctx.module, m.Call(func=m.Attribute(attr=m.Name("with_data_parallel")))):
+            owner = call.func.value
+            if isinstance(owner, cst.Call) and self.q.is_call_to(owner, COMPILED):
+                self.report(call, "declined", "CompiledProgram(...).with_data_parallel(...) runs the program on every "
+                            "card (or CPU_NUM CPU places) from one process, splitting each batch itself: launched as one "
+                            "process per card, every process would do that again (Paddle replaced it with Fleet's one "
+                            "process per card); dpmigrate does not rewrite it", "run the program itself instead, "
+                            "exe.run(main_program, ...) without with_data_parallel, and convert the script again: each "
+                            "process then trains on its part of every batch and the gradients are averaged")

@@ -5,9 +5,10 @@ from __future__ import annotations
 from ...codemod.loaders import LoaderFlow, own_sampling
 from ...codemod.rule import Rule
 from ._analyses import EVALUATION_DATA, TRAINING_DATA, HighLevelModels
+from ._messages import AliasedReports
 
 
-class PaddleShardTrainingLoader(Rule):
+class PaddleShardTrainingLoader(AliasedReports, Rule):
     """Wrap training DataLoaders in ``dp.distributed_loader(...)``.
 
     Why: without a ``DistributedBatchSampler`` every rank trains on the whole dataset. The runtime
@@ -55,7 +56,8 @@ class PaddleShardTrainingLoader(Rule):
                 self.ctx.plan.replace(loader.call, lambda updated: self.dp_call("distributed_loader", updated))
                 how = "handed to paddle.Model.fit, which does not shard a DataLoader" if fitted else "trains"
                 self.report(loader.call, "change", f"training DataLoader{_named(loader.name)} ({how}) sharded: "
-                            "dp.distributed_loader gives each rank a disjoint part (DistributedBatchSampler)")
+                            "dp.distributed_loader gives each rank a disjoint part (DistributedBatchSampler)",
+                            effect="shard")
 
 
 def _named(name: str | None) -> str:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from ...codemod.calls import argument
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
+from ._messages import AliasedReports
 from .static_common import executor_runs, program_kind, simple_assignments
 
 
-class StaticRankDivergence(Rule):
+class StaticRankDivergence(AliasedReports, Rule):
     """Report ``exe.run`` of the training program under a rank condition, as ``rank-divergent-code`` does
     for the framework's collectives.
 

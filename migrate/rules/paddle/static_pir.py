@@ -6,9 +6,10 @@ import libcst as cst
 
 from ...codemod import patterns as m
 from ...codemod.rule import Rule
+from ._messages import AliasedReports
 
 
-class StaticPir(Rule):
+class StaticPir(AliasedReports, Rule):
     """Report ``program.clone(for_test=True)``: under PIR it raises ``TypeError`` (measured, Paddle 3.3.1).
 
     Why: PIR's ``Program.clone`` takes no ``for_test``; the script fails on Paddle 3 before and after

@@ -5,10 +5,12 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod.rule import Rule
+from ._messages import AliasedReports
+from .graph_mode import stands_down
 from .static_common import CUDA_PLACES
 
 
-class StaticPlace(Rule):
+class StaticPlace(AliasedReports, Rule):
     """Turn ``paddle.CUDAPlace(<n>)`` into this rank's card: ``paddle.set_device(dp.device())``.
 
     Why: launched on N processes of one machine, ``CUDAPlace(0)`` puts every rank's executor on card 0.
@@ -24,7 +26,7 @@ class StaticPlace(Rule):
     generations = ("static",)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.q.is_call_to(node, CUDA_PLACES):
+        if not self.q.is_call_to(node, CUDA_PLACES) or stands_down(self.ctx):
             return
         if not (isinstance(node.func, cst.Attribute) and self.q.is_call_to(node, {"paddle.CUDAPlace"})):
             self.report(node, "declined", f"{self.code(node)} puts every rank on the same card",

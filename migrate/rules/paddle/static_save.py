@@ -6,6 +6,8 @@ import libcst as cst
 
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
+from ._messages import AliasedReports
+from .graph_mode import stands_down
 
 _INFERENCE = frozenset({
     "paddle.static.save_inference_model", "paddle.static.io.save_inference_model", "paddle.fluid.io.save_inference_model",
@@ -15,7 +17,7 @@ _SAVES = _INFERENCE | {  # Paddle 2.x static scripts still call fluid's savers
 }
 
 
-class StaticSave(Rule):
+class StaticSave(AliasedReports, Rule):
     """Run ``paddle.static.save`` / ``save_inference_model`` (and fluid's savers) on the main process only, then meet.
 
     Why: launched on N processes every rank would write the same files at once (a torn checkpoint). The
@@ -36,7 +38,7 @@ class StaticSave(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         names = self.q.qualified_names(node.func) & _SAVES if self.q.is_call_to(node, _SAVES) else set()
-        if not names:
+        if not names or stands_down(self.ctx):
             return
         what = self.code(node.func)
         if names & _INFERENCE:
@@ -52,7 +54,7 @@ class StaticSave(Rule):
         if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
                 and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is node):
             self.report(node, "declined", f"{what} is part of a larger statement", f"call {what}(...) on a line of its "
-                        "own under `if dp.is_main_process():`, followed by dp.barrier()")
+                        f"own under `if {self.ctx.alias}.is_main_process():`, followed by dp.barrier()")
             return
         self.ctx.plan.replace(statement, self._guarded)
         self.ctx.plan.insert_after(statement, self.statement("{dp}.barrier()\n"))

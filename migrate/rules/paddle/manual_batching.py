@@ -1,0 +1,77 @@
+"""Dygraph scripts that cut their batches by hand (no DataLoader): said, and declined when the ranks shuffle apart."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ...codemod import patterns as m
+from ...codemod.loaders import LoaderFlow
+from ...codemod.rule import Rule
+from ..common.shared_random_data import NUMPY_DRAWS, PYTHON_DRAWS
+from ._messages import AliasedReports
+
+_SHUFFLES = frozenset({"numpy.random.shuffle", "numpy.random.permutation", "random.shuffle", "paddle.randperm"})
+_SEEDS = frozenset({"numpy.random.seed", "random.seed", "paddle.seed"})
+
+
+class PaddleManualBatching(AliasedReports, Rule):
+    """Report a training loop that slices its batches from arrays in memory (the Paddle course's house-price loop).
+
+    Why: with no DataLoader there is nothing to shard. Each rank reads all the data: when every rank cuts the same
+    batches, the averaged gradient is the original's (correct, no speed-up: a note). When the data is shuffled
+    with an unseeded generator (``np.random.shuffle(train_data)`` each epoch), every rank cuts its own batches, so
+    each step averages N different batches: N times the batch, samples read by several ranks, not the run the
+    report's ``--batch`` policy describes (declined, with the fix; issue 19's audit found it silent).
+    Example (declined):  for epoch in range(E):
+                             np.random.shuffle(train_data)
+                             for k in range(0, len(train_data), B): x = train_data[k:k + B] ...
+    fix: seed the shuffle alike on every rank (np.random.seed(0) once), then give each rank its part of every
+    batch (x = dp.shard(x)), or build a paddle.io.DataLoader over a Dataset (the conversion shards it).
+    Leaves alone: the code (a note or a declined finding only); scripts that read a DataLoader; loops using the
+    whole data at each step (full-batch training: the shared rules say so).
+    """
+
+    name = "paddle-manual-batching"
+    generations = ("dygraph",)
+
+    def finish(self) -> None:
+        flow = self.ctx.analysis(LoaderFlow)
+        if flow.loaders or flow.imported_training_returns(self.ctx.options.local_modules):
+            return
+        loops = [f for f in self.q.findall(self.ctx.module, m.For() | m.While()) if self.q.has_backward(f.body)]
+        innermost = [f for f in loops if not any(g is not f and self.q.index.contains(f, g) for g in loops)]
+        outer = [f for f in loops if f not in innermost]
+        calls = self.q.index.of_type(self.ctx.module, cst.Call)
+        seeded = any(self.q.is_call_to(c, _SEEDS) for c in calls)
+        for loop in innermost[:1]:
+            if not self._slices(loop):
+                return  # the whole data at every step: full-batch training (reported by the shared rules)
+            shuffles = [c for f in [loop, *outer] for c in self.q.index.of_type(f, cst.Call)
+                        if self.q.is_call_to(c, _SHUFFLES | NUMPY_DRAWS | PYTHON_DRAWS)]
+            if shuffles and not seeded:
+                self.report(loop, "declined", "this training loop cuts its batches by hand from data it shuffles with "
+                            f"an unseeded generator (`{self.code(shuffles[0].func)}`): every rank shuffles its own way "
+                            "and trains on its own whole batches, so each step averages N different batches (N times "
+                            "the batch, samples read by several ranks)", "seed the shuffle alike on every rank "
+                            "(np.random.seed(0) once, before training), then give each rank its part of every batch "
+                            "(x, y = dp.shard(x), dp.shard(y)); or build a paddle.io.DataLoader over a Dataset, which "
+                            "the conversion shards")
+            else:
+                self.report(loop, "note", "this training loop cuts its batches by hand (no DataLoader): every rank "
+                            "reads the same batches, which is correct (the averaged gradient is the original's) but "
+                            "gives no speed-up", "give each rank its part of every batch (x, y = dp.shard(x), "
+                            "dp.shard(y)), or build a paddle.io.DataLoader over a Dataset, which the conversion shards")
+
+    def _slices(self, loop: cst.CSTNode) -> bool:
+        """The loop (or its iterable, a list of slices) cuts the data: ``data[k:k + B]``."""
+        slices = [s for s in self.q.index.of_type(self.ctx.module, cst.Slice)]
+        if any(self.q.index.contains(loop, s) for s in slices):
+            return True
+        if isinstance(loop, cst.For):
+            names = self.q.names_in(loop.iter)
+            scope = self.q.function_of(loop) or self.ctx.module
+            for assign in self.q.findall(scope, m.Assign()):
+                if names & {t.target.value for t in assign.targets if isinstance(t.target, cst.Name)} and any(
+                        self.q.index.contains(assign.value, s) for s in slices):
+                    return True
+        return False

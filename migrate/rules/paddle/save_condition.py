@@ -1,0 +1,126 @@
+"""A checkpoint saved when this rank's own figure improves: every rank must take the same branch."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ...codemod import patterns as m
+from ...codemod.ranks import RankAnalysis
+from ...codemod.rule import Rule
+from ._messages import AliasedReports
+from .distributed_save import JIT_SAVE
+from .graph_mode import stands_down
+from .static_save import _SAVES as STATIC_SAVES
+
+_LOOPS = (cst.For, cst.While)
+
+
+class PaddleSaveCondition(AliasedReports, Rule):
+    """Make the test of an ``if`` that guards a save agree on every rank, or report it as an error.
+
+    Why: once converted, a save is a meeting point (``dp.save`` and the barrier after a main-process
+    export wait for every rank). Under ``if avg_acc > max_acc:``, ``avg_acc`` is computed by each rank from
+    its own data (its shard of the evaluation, or a dev set drawn per rank): ranks can disagree, one waits
+    in the save for ranks that never come, and the job hangs (issue 19). The test reads the mean over the
+    ranks instead (``dp.all_reduce``), which every rank computes alike: the global figure, as one process had.
+    Example:  if avg_acc > max_acc:            ->  if dp.all_reduce(avg_acc) > dp.all_reduce(max_acc):
+                  max_acc = avg_acc                     max_acc = avg_acc
+                  paddle.save(model.state_dict(), p)    dp.save(model.state_dict(), p)
+    Only values the loop holding the ``if`` computes from calls count: not loop counters, values set before the
+    loop (arguments, flags) or constants. Error (not rewritten): a test that is not one comparison, or an ``if``
+    not directly in that loop's body, where an all-reduce in the test could be skipped by some ranks.
+    Leaves alone: saves under a rank condition (``paddle-distributed-save``), ``paddle.Model.save`` (rank 0
+    writes it alone, no rank waits).
+    """
+
+    name = "paddle-save-condition"
+    generations = ("dygraph", "static")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.q.is_call_to(node, self.vocabulary.save_calls | JIT_SAVE | STATIC_SAVES):
+            return
+        if self.ctx.generation == "static" and stands_down(self.ctx):
+            return
+        if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None:
+            return
+        guard, container = self._guard(node)
+        if guard is None:
+            return
+        derived = _derived(self.q, container) & self.q.names_in(guard.test)
+        if not derived:
+            return
+        value = next(n.value for n in self.q.index.of_type(guard.test, cst.Name) if n.value in derived)
+        body = container.body.body if isinstance(container.body, cst.IndentedBlock) else ()
+        if any(s is guard for s in body) and isinstance(guard.test, cst.Comparison) \
+                and not self.q.index.of_type(guard.test, cst.BooleanOperation):
+            self.ctx.plan.replace(guard.test, lambda test: test.visit(_MeanOverRanks(derived, self)))
+            self.report(guard.test, "change", f"the test of this save reads {self.ctx.alias}.all_reduce({value}), the mean "
+                        "over the ranks: every rank takes the same branch and meets in the save")
+            return
+        self.report(node, "error", f"this save runs only when `{self.code(guard.test)}` holds, and `{value}` is "
+                    "computed by each rank from its own data: ranks can disagree, and the ones that save wait for "
+                    "the others (the job hangs)", f"decide on every rank alike: compute the test from "
+                    f"{self.ctx.alias}.all_reduce({value}) (the mean over the ranks) in an `if` every rank reaches")
+
+    def _guard(self, node: cst.CSTNode) -> tuple[cst.If | None, cst.CSTNode | None]:
+        """The innermost ``if`` around ``node``, and the loop that holds it (the epoch loop of a best-so-far save)."""
+        guard = None
+        for ancestor in self.q.ancestors(node):
+            if isinstance(ancestor, cst.If) and guard is None:
+                guard = ancestor
+            if guard is not None and isinstance(ancestor, _LOOPS):
+                return guard, ancestor
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return None, None
+        return None, None
+
+
+def _derived(q, container: cst.CSTNode) -> set[str]:
+    """Names the loop assigns from a call (or from such names): figures computed at run time, per rank.
+
+    Loop targets (counters, batches) and counters (``step += 1``, ``n = n + 1``) are not counted."""
+    assigns = [a for a in q.findall(container, m.Assign() | m.AugAssign() | m.AnnAssign())
+               if q.function_of(a) is q.function_of(container)]
+    targets = set()
+    for loop in q.findall(container, m.For()):
+        targets |= _names(loop.target)
+    derived: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for assign in assigns:
+            if assign.value is None:
+                continue
+            calls = q.index.of_type(assign.value, cst.Call)
+            if not calls and not (q.names_in(assign.value) & derived):
+                continue
+            names = {t.target for t in assign.targets} if isinstance(assign, cst.Assign) else {assign.target}
+            for target in names:
+                for name in _names(target) - targets - derived:
+                    derived.add(name)
+                    changed = True
+    return derived
+
+
+def _names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_names(e.value) for e in target.elements))
+    if isinstance(target, cst.StarredElement):
+        return _names(target.value)
+    return set()
+
+
+class _MeanOverRanks(cst.CSTTransformer):
+    """Every read of the named values becomes ``dp.all_reduce(name)``."""
+
+    def __init__(self, names: set[str], rule: Rule) -> None:
+        super().__init__()
+        self.names, self.rule = names, rule
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        return self.rule.dp_call("all_reduce", updated) if original.value in self.names else updated
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        return updated.with_changes(attr=original.attr)

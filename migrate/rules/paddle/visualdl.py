@@ -1,0 +1,77 @@
+"""VisualDL's ``LogWriter`` (Paddle's TensorBoard) writing on the main process only."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ...codemod.ranks import RankAnalysis
+from ...codemod.rule import Rule
+from ._messages import AliasedReports
+
+LOG_WRITERS = frozenset({"visualdl.LogWriter", "visualdl.writer.writer.LogWriter"})
+
+
+class PaddleVisualDL(AliasedReports, Rule):
+    """Create VisualDL's ``LogWriter`` on the main process only, and call it there.
+
+    Why: launched on N processes, every rank opens its own ``vdlrecords.*.log`` in the same ``logdir``: VisualDL
+    then shows N runs of nearly the same curves, or N writers interleave in one file (issue 19).
+    Example:  writer = LogWriter(logdir="./log")          ->  writer = LogWriter(logdir="./log") if dp.is_main_process() else None
+              writer.add_scalar("loss", step, loss)       ->  if dp.is_main_process():
+                                                                  writer.add_scalar("loss", step, loss)
+    Every statement calling a method of the writer (``add_scalar``, ``add_image``, ``close``...) is guarded, so
+    the other ranks never touch ``None``. Matched by qualified name (``visualdl.LogWriter``).
+    Leaves alone (noted, with the fix): ``with LogWriter(...) as writer:`` and a writer kept elsewhere than in a
+    plain variable (``self.writer``); writer calls whose value is kept.
+    """
+
+    name = "paddle-visualdl"
+    generations = ("dygraph", "static")
+    about_training = False
+
+    def finish(self) -> None:
+        writers: set[str] = set()
+        q = self.q
+        if not q.index.possible(LOG_WRITERS):
+            return
+        for call in q.index.of_type(self.ctx.module, cst.Call):
+            if not q.is_call_to(call, LOG_WRITERS):
+                continue
+            parent = q.parent(call)
+            statement = q.statement_of(call)
+            if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+                writers.add(parent.targets[0].target.value)
+                self.ctx.plan.replace(call, lambda updated: cst.IfExp(
+                    test=self.dp("is_main_process()"), body=updated, orelse=cst.Name("None"),
+                    whitespace_before_if=cst.SimpleWhitespace(" "), whitespace_after_if=cst.SimpleWhitespace(" "),
+                    whitespace_before_else=cst.SimpleWhitespace(" "), whitespace_after_else=cst.SimpleWhitespace(" ")))
+                self.report(call, "change", f"VisualDL's LogWriter created by the main process only ({self.ctx.alias}."
+                            "is_main_process(); None elsewhere): one log, not one per rank")
+            else:
+                how = "in a `with` block" if isinstance(statement, cst.With) else "held elsewhere than in a variable"
+                self.report(call, "note", f"every rank opens its own VisualDL log ({how}): VisualDL shows N runs",
+                            f"log once: create the writer only when {self.ctx.alias}.is_main_process() and call it "
+                            f"under `if {self.ctx.alias}.is_main_process():`")
+        for call in q.index.of_type(self.ctx.module, cst.Call):
+            func = call.func
+            if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in writers:
+                self._main_process_only(call, func.value.value)
+
+    def _main_process_only(self, call: cst.Call, writer: str) -> None:
+        statement = self.q.statement_of(call)
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call):
+            self.report(call, "declined", f"`{writer}` is None on the other ranks, and this call is part of a larger "
+                        "statement", f"call it on a line of its own under `if {self.ctx.alias}.is_main_process():`")
+            return
+        if self.ctx.analysis(RankAnalysis).rank_condition(call) is not None:
+            return
+
+        def guarded(statements):
+            first = statements[0]
+            return cst.If(test=self.dp("is_main_process()"),
+                          body=cst.IndentedBlock(body=[first.with_changes(leading_lines=())]),
+                          leading_lines=first.leading_lines)
+
+        if self.ctx.plan.group([statement], guarded):
+            self.report(call, "change", f"{writer}.{call.func.attr.value}(...) on the main process only")
