@@ -42,6 +42,8 @@ from .progress import Progress, is_terminal
 from .project import (
     held_helpers,
     hold,
+    imported_helpers,
+    read_as_imported_helper,
     read_as_local_module,
     training_hints,
 )
@@ -156,11 +158,13 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
             contextlib.closing(convert_all(sources, options, args.jobs)) as outcomes:
         # a module another file of the run imports waits: if that file is left alone, so is the module
         imported = modules.imported
-        waiting, left_alone, trainers = [], [], []
+        waiting, left_alone, trainers, converted = [], [], [], []
         for source, outcome in zip(sources, outcomes):
             conversion = outcome.conversion
             if conversion is not None and conversion.left_alone is not None:
                 left_alone.append(conversion)
+            if conversion is not None and conversion.left_alone is None and conversion.output != conversion.original:
+                converted.append(conversion.path)  # its local modules are converted with it
             if conversion is not None and conversion.imported_training_returns:
                 trainers.append(dataclasses.replace(conversion, original=b"", output=b""))
             if conversion is not None and os.path.realpath(source.path) in imported:
@@ -177,14 +181,25 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
             elif real in hints:  # converted again, now knowing which of its loaders a script trains on
                 outcome = convert_path(source.path, dataclasses.replace(options, returned_roles=hints[real].returned_roles()))
             _record(results, _apply(source, outcome, args, color, progress), progress)
-        for real, hint in hints.items():  # local modules the run was not asked for, read with their script
-            if real not in {os.path.realpath(s.path) for s in sources} and real not in held:
-                source = hint.source_beside(sources)
-                outcome = convert_path(hint.path, dataclasses.replace(options, returned_roles=hint.returned_roles()))
-                if outcome.conversion is not None:
-                    outcome = dataclasses.replace(outcome, conversion=read_as_local_module(outcome.conversion, hint))
-                _record(results, _apply(source, outcome, args, color, progress), progress)
-                sources = [*sources, source]
+        given = {os.path.realpath(s.path) for s in sources}
+        helpers = imported_helpers(converted, modules.needed, given | set(hints) | set(held))
+        for real, hint in [*hints.items(), *helpers.items()]:  # local modules the run was not asked for
+            if real in given or real in held:
+                continue
+            source = hint.source_beside(sources)
+            # a helper's downloads are the script's to guard: it runs their calls under dp.main_process_first()
+            ignore = (*options.ignore, "download-main-process-first") if real in helpers else options.ignore
+            outcome = convert_path(hint.path, dataclasses.replace(options, returned_roles=hint.returned_roles(),
+                                                                  ignore=ignore))
+            if outcome.conversion is not None and real in helpers:
+                conversion = read_as_imported_helper(outcome.conversion, hint)
+                if conversion is None:
+                    continue  # nothing to do there (a module of models): copied unchanged with -o
+                outcome = dataclasses.replace(outcome, conversion=conversion)
+            elif outcome.conversion is not None:
+                outcome = dataclasses.replace(outcome, conversion=read_as_local_module(outcome.conversion, hint))
+            _record(results, _apply(source, outcome, args, color, progress), progress)
+            sources = [*sources, source]
         if args.output_dir:  # the local modules the copies import, unchanged: a copy runs as it is
             for failure in copy_local_modules(sources, modules.needed, results, args.output_dir, progress.say):
                 _record(results, failure, progress)

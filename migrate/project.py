@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from .files import Source
 from .findings import Conversion, Finding
@@ -122,3 +122,33 @@ def read_as_local_module(conversion: Conversion, hints: Hints) -> Conversion:
         )
     return dataclasses.replace(conversion, findings=(finding, *conversion.findings))
 
+
+
+def imported_helpers(scripts: Iterable[str], needed: Mapping[str, Sequence[str]], taken: set[str]) -> dict[str, Hints]:
+    """Local modules (by real path) that the converted ``scripts`` import and the run neither names nor reads for
+    its loaders (``taken``): ``pytorchtools.py`` whose ``EarlyStopping`` saves a checkpoint. Converted with the
+    script, their saves and prints become rank-aware as the script's own are; otherwise every rank writes the
+    same checkpoint at once while the others read it (the torch audit's early-stopping script). Their downloads
+    stay: the script runs the calls that download under ``dp.main_process_first()`` (local_downloads.py)."""
+    found: dict[str, Hints] = {}
+    for script in scripts:
+        folder = os.path.dirname(script)
+        for relative in needed.get(script, ()):
+            shown = os.path.normpath(os.path.join(folder, relative))
+            real = os.path.realpath(shown)
+            if real not in taken and real not in found and os.path.isfile(shown):
+                found[real] = Hints(shown, script)
+    return found
+
+
+def read_as_imported_helper(conversion: Conversion, hints: Hints) -> Conversion | None:
+    """``conversion`` of a helper module a converted script imports, with a note saying why it was converted;
+    None when the conversion changes nothing there and says nothing worth reading (a module of models)."""
+    if conversion.output == conversion.original and not any(
+            f.severity in ("declined", "error") for f in conversion.findings):
+        return None
+    done = "converted with it, as the changes below say" if conversion.output != conversion.original \
+        else "left unchanged, for the reasons below"
+    finding = Finding(conversion.path, 1, 1, RULE, "note",
+                      f"read as a local module of {hints.script}, which imports it: {done}")
+    return dataclasses.replace(conversion, findings=(finding, *conversion.findings))

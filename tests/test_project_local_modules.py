@@ -298,3 +298,40 @@ def test_the_copy_of_a_script_runs_from_its_folder_alone_unlaunched_and_on_two_r
                               timeout=300)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (out / "squares.pt").exists() and (out / "launched.pt").exists()
+
+
+# --- a helper module a converted script imports -----------------------------------------------------------------
+
+
+def test_a_helper_module_that_saves_is_converted_with_the_script_and_a_module_of_models_is_left_alone(tmp_path, capsys):
+    project = _copy("checkpoint_helper", tmp_path / "p")
+    nets = (project / "nets.py").read_bytes()
+    assert main([str(project / "main.py")]) == 1
+    err = capsys.readouterr().err
+    assert (f"{project / 'stopping.py'}:1:1: note detect-framework: read as a local module of {project / 'main.py'}, "
+            "which imports it: converted with it, as the changes below say") in err
+    assert f"{project / 'stopping.py'}:14:13: change distributed-save: torch.save -> dp.save" in err
+    assert "            dp.save(model.state_dict(), self.path)\n" in (project / "stopping.py").read_text()
+    assert (project / "nets.py").read_bytes() == nets and "nets.py" not in err
+    assert main([str(project / "main.py")]) == 0  # a second run changes nothing, in either file
+
+
+def test_a_helper_of_a_script_that_is_left_alone_is_not_converted(tmp_path, capsys):
+    _write(tmp_path, main="import torch.multiprocessing as mp\nimport torch\nfrom ckpt import keep\n\n"
+                          "def train(rank):\n    m = torch.nn.Linear(2, 1)\n    o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                          "    m(torch.ones(1, 2)).sum().backward()\n    o.step()\n    keep(m)\n\n"
+                          "if __name__ == '__main__':\n    mp.spawn(train, nprocs=2)\n",
+           ckpt="import torch\n\ndef keep(m):\n    torch.save(m.state_dict(), 'm.pt')\n")
+    before = (tmp_path / "ckpt.py").read_bytes()
+    main([str(tmp_path / "main.py")])
+    assert (tmp_path / "ckpt.py").read_bytes() == before
+    assert "ckpt.py" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_checkpoint_helper_project_trains_on_two_ranks_like_the_original(tmp_path, monkeypatch):
+    project = _copy("checkpoint_helper", tmp_path / "p")
+    data = verify(tmp_path, monkeypatch, project / "main.py", "--save", str(tmp_path / "best.pt"), steps="all")
+    assert data["verdict"] == "equivalent", explain(data)
+    check = data["comparison"]["data"]
+    assert check["observed"] > 0 and check["split"] == check["observed"], explain(data)

@@ -231,10 +231,11 @@ class _Coverage:
         return self._imports
 
     def _calls_only_builtins(self, expression: cst.CSTNode) -> bool:
-        """Whether every call in ``expression`` (a call, or a tuple of them: ``a, b = f(64), f(16)``) is an
-        iteration helper (``range``, ``zip``...)."""
-        calls = [c for c in walk(expression) if isinstance(c, cst.Call)]
-        return all(isinstance(c.func, cst.Name) and c.func.value in _ITERATION_HELPERS for c in calls)
+        """Whether ``expression`` is a call of an iteration helper (``enumerate(loader())``), or a tuple of such
+        calls (``a, b = zip(...), zip(...)``); any other expression (a tuple of other calls) is not."""
+        outer = [expression] if isinstance(expression, cst.Call) else [e.value for e in getattr(expression, "elements", ())]
+        return bool(outer) and all(isinstance(c, cst.Call) and isinstance(c.func, cst.Name)
+                                   and c.func.value in _ITERATION_HELPERS for c in outer)
 
     def _assignments(self, name: str, function) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
         scope = function if function is not None else self.ctx.module

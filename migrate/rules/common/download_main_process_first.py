@@ -196,11 +196,15 @@ class DownloadMainProcessFirst(Rule):
         and unpack over files the first process may already be reading."""
         if any(self.q.index.of_type(s, cst.Return) for s in run):
             return True  # what it returns: every rank needs it
+        index = self.q.index
+        targets = [t.target for s in run for a in index.of_type(s, cst.Assign) for t in a.targets]
+        targets += [a.target for s in run for a in (*index.of_type(s, cst.AnnAssign), *index.of_type(s, cst.AugAssign))]
+        if any(isinstance(t, (cst.Attribute, cst.Subscript)) for t in targets):
+            return True  # `self.backbone = resnet18(weights=...)`: read through the object, wherever it goes
         bound = set().union(*(_names_bound(s) for s in run))
         if not bound:
             return False
         scope = self.q.function_of(run[0]) or self.ctx.module
-        index = self.q.index
         return any(n.value in bound and index.follows(n, run[-1]) for n in index.of_type(scope, cst.Name))
 
     def _first_on_node_only(self, statements):
@@ -239,3 +243,4 @@ def _names_bound(statement: cst.CSTNode) -> set[str]:
 
     statement.visit(Bound())
     return found
+
