@@ -34,14 +34,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 
 import numpy as np
 import tensorflow as tf
 
-from . import _tf_collectives, _tf_env, _tf_loop, _tf_save, _tf_strategy, common
+from . import _tf_collectives, _tf_env, _tf_extras, _tf_keras, _tf_loop, _tf_save, _tf_strategy, common
 from ._tf_data import distributed_loader_for
+from ._tf_extras import chief_path, enter_scope  # noqa: F401 - dp.enter_scope(), dp.chief_path(): TF's alone, outside the contract
 from ._tf_optimizer import make_distributed
 from ._tf_watchdog import Watchdog
 from .role import Role
@@ -72,6 +74,7 @@ _state = _State()
 def _reset_for_tests() -> None:
     global _state
     _state = _State()
+    _tf_keras._reset_for_tests()
 
 
 def _strategy() -> tf.distribute.Strategy:
@@ -80,6 +83,7 @@ def _strategy() -> tf.distribute.Strategy:
 
 
 _tf_loop._strategy_getter = _strategy
+_tf_extras._backend = sys.modules[__name__]
 
 
 # --- lifecycle ------------------------------------------------------------------------------------
@@ -119,6 +123,10 @@ def _start(role: Role, strategy: Strategy, timeout_s: float) -> tf.distribute.St
         _tf_collectives.all_reduce_sum_or_mean(native, [tf.constant(1.0)], "sum")  # every worker has joined
     finally:
         watchdog.done()
+    # worker 0's random seed for the shuffles the script leaves unseeded (every worker shuffles alike)
+    mine = np.random.SeedSequence().entropy % 2**31 if role.rank == 0 else 0
+    (seed,) = _tf_collectives.all_reduce_sum_or_mean(native, [tf.constant(mine, tf.int64)], "sum")
+    _tf_keras.share_shuffle_seeds(int(seed))
     return native
 
 
@@ -182,6 +190,7 @@ def distributed_model(model):
     if _tf_env.is_keras3_model(model):
         for method in ("fit", "evaluate", "predict"):
             object.__setattr__(model, method, _refuse(method))
+    _tf_keras.install_keras_hooks()  # predict on this worker alone, fit's shuffles alike on every worker
     return model
 
 
@@ -306,10 +315,14 @@ def save(obj, path, *, weights_only: bool = False, **kwargs):
     """Every worker must call it: the chief writes ``path`` (atomically), the others a temporary path
     they remove, then all meet. ``obj``: a Keras model (``model.save``, or ``save_weights`` with
     ``weights_only=True``), a ``tf.train.Checkpoint`` (``save(prefix)``: returns the numbered path), a
-    ``tf.Module`` (SavedModel) or a picklable object. Returns the path written on the chief."""
+    ``tf.Module`` (SavedModel), a ``tf.train.CheckpointManager`` (``path``: its directory; the chief saves through
+    it) or a picklable object. Returns the path written on the chief."""
     init()
-    return _tf_save.save(obj, path, is_chief=is_main_process(), barrier=barrier, weights_only=weights_only,
-                         **kwargs)
+    written = _tf_save.save(obj, path, is_chief=is_main_process(), barrier=barrier, weights_only=weights_only,
+                            **kwargs)
+    if isinstance(obj, tf.train.CheckpointManager) and world_size() > 1:
+        written = broadcast(written)  # the numbered path the chief's manager chose
+    return written
 
 
 def print(*args, **kwargs) -> None:  # noqa: A001 - the point is to stand in for print

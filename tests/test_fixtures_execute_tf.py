@@ -138,3 +138,27 @@ def test_converted_script_on_two_workers_writes_its_output_once(case, args, outp
     assert (tmp_path / output).is_file(), done.stdout[-3000:]
     leftovers = [p.name for p in tmp_path.iterdir() if p.name not in ("after.py", "logs", output)]
     assert leftovers == [], leftovers
+
+
+@pytest.mark.slow
+def test_what_every_worker_writes_is_written_once_and_a_plain_run_writes_what_the_original_does(tmp_path):
+    """Issue 20 (4): a CheckpointManager's checkpoints, a PNG written from an array, a SavedModel export. The
+    original on one process, its conversion run plainly, and the conversion on 2 workers leave the same files:
+    the chief's, once; nothing of the other worker's (its copies went to private temporary folders it removed)."""
+    case = CASES / "custom_loop_chief_writes"
+    runs = {name: tmp_path / name for name in ("original", "plain", "launched")}
+    for folder in runs.values():
+        folder.mkdir()
+    (runs["original"] / "train.py").write_bytes((case / "before.py").read_bytes())
+    for name in ("plain", "launched"):
+        (runs[name] / "train.py").write_bytes((case / "after.py").read_bytes())
+    _python(["train.py"], runs["original"])
+    _python(["train.py"], runs["plain"])
+    _launch(runs["launched"], "train.py")
+
+    def written(root):
+        return sorted(str(p.relative_to(root / "run")) for p in (root / "run").rglob("*"))
+
+    assert "preview-1.png" in written(runs["original"]) and "export/saved_model.pb" in written(runs["original"])
+    assert written(runs["plain"]) == written(runs["original"]) == written(runs["launched"])
+    assert sorted(p.name for p in runs["launched"].iterdir()) == ["logs", "run", "train.py"]

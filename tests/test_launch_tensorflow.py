@@ -71,6 +71,16 @@ def test_the_users_own_legacy_keras_choice_is_kept(tmp_path, capsys, monkeypatch
     assert "TF_USE_LEGACY_KERAS" not in env  # inherited as the user set it
 
 
+@pytest.mark.skipif(importlib.util.find_spec("tf_keras") is None, reason="tf-keras is not installed")
+def test_a_script_reading_keras3_only_apis_keeps_keras3_on_its_workers(tmp_path, capsys):
+    """tf-keras has no keras.ops: with TF_USE_LEGACY_KERAS=1 `from tensorflow.keras import ops` fails on every
+    worker (issue 20); such a script's workers keep Keras 3 (its custom loops run; its fit the converter declines)."""
+    script = tf_script(tmp_path, "from tensorflow import keras\nscore = keras.ops.einsum('i,i->', [1.0], [2.0])\n")
+    env = dry_run(capsys, "-n", "2", str(script))[1]["rank0"][0]
+    assert "TF_USE_LEGACY_KERAS" not in env
+    assert tf_backend.uses_keras3_only(script) and not tf_backend.uses_keras3_only(tf_script(tmp_path))
+
+
 def test_several_nodes_give_every_worker_the_whole_cluster_with_this_nodes_chosen_address(tmp_path, capsys):
     script = tf_script(tmp_path)
     _, processes = dry_run(capsys, "-n", "2", "--nnodes", "2", "--node-rank", "1", "--master", "127.0.0.1:29600",
@@ -85,8 +95,82 @@ def test_several_nodes_give_every_worker_the_whole_cluster_with_this_nodes_chose
         assert command[:5] == [sys.executable, "-m", "dpmigrate.launch.tensorflow_worker", "-", str(rank)]
 
 
+def test_several_nodes_with_master_alone_meet_at_the_rendezvous_node_0_serves(tmp_path, capsys):
+    """No --hosts: node 0 serves the workers' rendezvous on the master port (a service of its job); every worker
+    says its own address there (this node's, towards the master) on PORT + 1 + local rank, and reads the others';
+    the run id travels in the environment, never on a command line."""
+    script = tf_script(tmp_path)
+    for node, ranks in ((0, (0, 1)), (1, (2, 3))):
+        _, processes = dry_run(capsys, "-n", "2", "--nnodes", "2", "--node-rank", str(node), "--master",
+                               "127.0.0.1:29600", "--run-id", RUN_ID, str(script))
+        assert sorted(processes) == sorted([f"rank{r}" for r in ranks] + (["rendezvous"] if node == 0 else []))
+        for j, rank in enumerate(ranks):
+            env, command = processes[f"rank{rank}"]
+            assert "TF_CONFIG" not in env and RUN_ID not in " ".join(command)
+            assert command[:5] == [sys.executable, "-m", "dpmigrate.launch.tensorflow_worker", "meet", str(rank)]
+            meeting = json.loads(env["DPMIGRATE_TF_MEET"])
+            assert meeting == {"master": "127.0.0.1:29600", "run_id": RUN_ID, "nnodes": 2, "nproc": 2,
+                               "me": f"127.0.0.1:{29601 + j}"}
+        if node == 0:
+            env, command = processes["rendezvous"]
+            assert command[-1] == "serve" and json.loads(env["DPMIGRATE_TF_MEET"])["me"] == "127.0.0.1:29600"
+
+
+def test_workers_meeting_at_a_master_build_one_tf_config_in_rank_order(tmp_path):
+    """Two 'nodes' of one worker each, on this machine: the rendezvous served, both workers say where they listen
+    (node 1 first), each gets every worker in rank order."""
+    import socket
+    import threading
+
+    from dpmigrate.launch import tensorflow_nodes
+    from dpmigrate.launch.paddle_nodes import MasterStore
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = MasterStore("127.0.0.1", port, RUN_ID)
+    try:
+        meetings = [json.loads(tensorflow_nodes.meeting_env(master=("127.0.0.1", port), run_id=RUN_ID, nnodes=2, nproc=1,
+                                                            host="127.0.0.1", port=port + 1 + 10 * r)) for r in (0, 1)]
+        found = {}
+        threads = [threading.Thread(target=lambda r=r: found.__setitem__(r, tensorflow_nodes.cluster(meetings[r], r, 20)))
+                   for r in (1, 0)]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.3)
+        for thread in threads:
+            thread.join(30)
+        assert found[0] == found[1] == [f"127.0.0.1:{port + 1}", f"127.0.0.1:{port + 11}"]
+        assert store.prefix("/") and all(k.startswith((f"/{RUN_ID}/", "/healthy")) for k in store.prefix("/"))
+    finally:
+        store.close()
+
+
+def test_a_worker_whose_nodes_never_arrive_names_them_within_the_start_timeout(tmp_path):
+    import socket
+
+    from dpmigrate.launch import tensorflow_nodes
+    from dpmigrate.launch.paddle_nodes import MasterStore
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    meeting = json.loads(tensorflow_nodes.meeting_env(master=("127.0.0.1", port), run_id=RUN_ID, nnodes=2, nproc=2,
+                                                      host="127.0.0.1", port=port + 1))
+    with pytest.raises(SystemExit) as unreached:
+        tensorflow_nodes.cluster(meeting, 2, 1)
+    assert f"worker 2 (node 1) could not reach the master 127.0.0.1:{port} within --start-timeout 1 s: node 0 " \
+           "(ranks 0-1) never arrived" in str(unreached.value)
+    store = MasterStore("127.0.0.1", port, RUN_ID)
+    try:
+        with pytest.raises(SystemExit) as missing:
+            tensorflow_nodes.cluster(meeting, 2, 1)
+    finally:
+        store.close()
+    assert f"nodes 0, 1 (ranks 0-3) never arrived at the master 127.0.0.1:{port}" in str(missing.value)
+
+
 @pytest.mark.parametrize("extra, message", [
-    ([], "--nnodes 2 with TensorFlow needs --hosts H0,H1,..."),
     (["--hosts", "a,b,c"], "--hosts 'a,b,c' lists 3 host(s) for --nnodes 2"),
 ])
 def test_several_nodes_without_a_matching_host_list_exit_2(tmp_path, capsys, extra, message):

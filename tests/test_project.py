@@ -96,10 +96,7 @@ def test_a_training_module_alone_is_converted_without_init_at_import(tmp_path, c
 PROJECTS = Path(__file__).resolve().parent.parent / "fixtures" / "projects"
 PROJECT = PROJECTS / "two_modules"
 # expected outputs that wait for a change outside the CLI and the engine, which the reason names
-WAITING = {
-    "framework_through_module": "keras-strategy-scope must know a model a local module builds (the _keras.py diff "
-                                "proposed with the local-modules items of issue 18): dp.enter_scope() and fit's policy",
-}
+WAITING: dict[str, str] = {}  # project name -> why it cannot convert as expected yet (a strict xfail)
 
 
 def _copy(folder: Path, to: Path) -> Path:

@@ -24,8 +24,6 @@ from dpmigrate.cli import main
 from dpmigrate.launch import cli as launch_cli
 
 PROJECTS = Path(__file__).resolve().parent.parent / "fixtures" / "projects"
-KERAS_DIFF = ("keras-strategy-scope must know a model a local module builds (the _keras.py diff proposed with the "
-              "local-modules items of issue 18); without it the script gets dp.init() but not the strategy's scope")
 
 
 def _copy(name: str, to: Path, side: str = "before") -> Path:
@@ -185,7 +183,6 @@ def test_launch_runs_a_script_that_trains_through_its_local_module_with_that_fra
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=KERAS_DIFF)
 def test_the_framework_through_module_project_trains_on_two_workers_like_the_original(tmp_path, monkeypatch):
     project = _copy("framework_through_module", tmp_path / "p")
     data = verify(tmp_path, monkeypatch, project / "main.py", steps=8)

@@ -42,6 +42,46 @@ def test_a_file_that_only_defines_a_model_gets_no_note():
     assert not findings_of(convert_text(NET.split("model = Net()")[0]), "batch-norm")
 
 
+KERAS = """
+import tensorflow as tf
+
+def build(opts):
+    inputs = tf.keras.Input(shape=(8,))
+    h = tf.keras.layers.BatchNormalization()(inputs)
+    h = tf.keras.layers.BatchNormalization(
+        momentum=0.9,
+    )(h)
+    h = tf.keras.layers.BatchNormalization(fused=True)(h)
+    h = tf.keras.layers.BatchNormalization(synchronized=False)(h)
+    h = tf.keras.layers.BatchNormalization(**opts)(h)
+    return tf.keras.Model(inputs, tf.keras.layers.Dense(1)(h))
+
+model = build({})
+model.compile(optimizer="sgd", loss="mse")
+model.fit(tf.zeros((8, 8)), tf.zeros((8, 1)), batch_size=4)
+"""
+
+
+def test_sync_batchnorm_gives_keras_layers_synchronized_true_in_the_layout_of_the_call():
+    result = convert_text(KERAS, batch="global", sync_batchnorm=True)
+    out = result.output.decode()
+    assert "h = tf.keras.layers.BatchNormalization(synchronized=True)(inputs)\n" in out
+    assert "BatchNormalization(\n        momentum=0.9,\n        synchronized=True,\n    )(h)" in out
+    assert "BatchNormalization(synchronized=False)(h)" in out  # the script chose
+    assert "BatchNormalization(**opts)(h)" in out  # may hold synchronized= or fused=: left alone
+    assert [f.line for f in findings_of(result, "batch-norm", "change")] == [6, 7]
+    [declined] = findings_of(result, "batch-norm", "declined")
+    assert declined.line == 10 and "fused=True" in declined.message and "synchronized=True" in declined.fix
+    assert "BatchNormalization(fused=True)(h)" in out
+
+
+def test_without_the_flag_keras_layers_are_only_noted():
+    result = convert_text(KERAS, batch="global")
+    assert "synchronized=True" not in result.output.decode()
+    [note] = findings_of(result, "batch-norm", "note")
+    assert "--sync-batchnorm" in note.fix
+
+
 PADDLE = """
 import paddle
 
@@ -75,3 +115,22 @@ def test_a_paddle_model_that_distributes_itself_is_declined_with_the_manual_conv
     [declined] = findings_of(result, "batch-norm", "declined")
     assert declined.line == 5 and "paddle.Model(...) wraps its network" in declined.message
     assert "convert_sync_batchnorm(net) before paddle.Model(net)" in declined.fix
+
+
+KERAS_LOOP = """
+import tensorflow as tf
+
+model = tf.keras.Sequential([tf.keras.Input(shape=(8,)), tf.keras.layers.BatchNormalization(), tf.keras.layers.Dense(1)])
+opt = tf.keras.optimizers.SGD(0.1)
+for x, y in tf.data.Dataset.from_tensor_slices((tf.zeros((8, 8)), tf.zeros((8, 1)))).batch(4):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(x, training=True) - y) ** 2)
+    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+"""
+
+
+def test_a_keras_custom_loop_is_declined_as_its_layers_would_have_no_replicas_to_synchronise_with():
+    result = convert_text(KERAS_LOOP, batch="global", sync_batchnorm=True)
+    assert "synchronized=True" not in result.output.decode()
+    [declined] = findings_of(result, "batch-norm", "declined")
+    assert "its own loop (opt.apply_gradients(...))" in declined.message and "model.fit" in declined.fix

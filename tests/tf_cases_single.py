@@ -176,3 +176,26 @@ def test_loop_helpers_on_one_process_are_the_default_strategy():
 
 def test_keras3_models_are_told_apart_from_tf_keras_ones():
     assert _tf_env.is_keras3_model(model_with_fixed_weights()) == keras.__name__.startswith("keras")
+
+
+def test_not_launched_the_tf_only_helpers_change_nothing(tmp_path):
+    """dp.enter_scope() sets no strategy, dp.chief_path() is the path itself, shuffles and predict stay Keras'
+    and TensorFlow's own: the converted script run plainly is the original (issue 20)."""
+    from tensorflow.python.data.ops import dataset_ops
+
+    shuffle, predict = dataset_ops.DatasetV2.shuffle, keras.Model.predict
+    dp.enter_scope()
+    assert not tf.distribute.has_strategy()
+    assert dp.chief_path(tmp_path / "export") == tmp_path / "export" and dp.chief_path("logs") == "logs"
+    assert dataset_ops.DatasetV2.shuffle is shuffle and keras.Model.predict is predict
+
+
+def test_a_checkpoint_manager_saved_through_dp_save_writes_what_the_manager_writes(tmp_path):
+    model = model_with_fixed_weights()
+    plain = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), tmp_path / "plain", max_to_keep=2)
+    ours = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), tmp_path / "ours", max_to_keep=2)
+    for _ in range(3):
+        plain.save()
+        written = dp.save(ours, ours.directory)
+    assert written == ours.latest_checkpoint == str(tmp_path / "ours" / "ckpt-3")
+    assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == sorted(p.name for p in (tmp_path / "ours").iterdir())

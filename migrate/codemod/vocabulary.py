@@ -64,6 +64,10 @@ class Vocabulary:
     # model classes that wrap their network for data parallelism themselves (``paddle.Model``): the runtime's
     # distributed_model never sees their network, so Strategy(sync_batchnorm=True) cannot reach it
     self_distributing_models: frozenset[str] = frozenset()
+    # methods of a hand-written training step that the conversion runs outside the strategy's replica context
+    # (TF: a custom loop's apply_gradients; not inside a Keras train_step, which fit runs per replica): a layer's
+    # own synchronisation has no replicas to synchronise with there
+    steps_outside_replicas: tuple[str, ...] = ()
     save_calls: frozenset[str] = frozenset()  # ``torch.save``
     image_writers: frozenset[str] = frozenset()  # sample images written by every rank otherwise
     download_prefixes: tuple[str, ...] = ()  # calls that fetch files (``torch.hub.load_state_dict_from_url``)

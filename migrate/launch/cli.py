@@ -75,9 +75,6 @@ def main(argv: list[str] | None = None) -> int:
         job = _job(args)
         framework = args.framework if args.framework != "auto" else detect_framework(job.script)
         backend = _backend(framework, job.script)
-        if framework == "tensorflow" and job.nnodes > 1 and not job.hosts:
-            raise UsageError(f"--nnodes {job.nnodes} with TensorFlow needs --hosts H0,H1,...: every node's address, "
-                             "node 0 first (TF_CONFIG names every worker; TensorFlow has no rendezvous)")
         if not args.dry_run:
             job = dataclasses.replace(job, log_dir=_create_log_dir(job.log_dir, unique=args.log_dir is None))
     except UsageError as e:
@@ -119,8 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--start-timeout", type=float, default=60.0, metavar="S", help="with --nnodes > 1: exit "
                    "(naming the nodes that never came) if the nodes have not all met at the master within S "
                    "seconds (default 60)")
-    p.add_argument("--hosts", metavar="H0,H1,...", help="with --nnodes > 1, TensorFlow: every node's address, "
-                   "node 0 first (TF_CONFIG lists each worker; the frameworks with a rendezvous need only --master)")
+    p.add_argument("--hosts", metavar="H0,H1,...", help="with --nnodes > 1, TensorFlow, optional: every node's "
+                   "address, node 0 first, for TF_CONFIG (by default the workers meet at --master and say it there)")
     p.add_argument("--no-bind-guard", action="store_true", help="with --nnodes > 1: do not preload the bind guard; "
                    "Paddle's TCPStore and TensorFlow's gRPC servers then listen on every interface")
     p.add_argument("--log-dir", metavar="DIR", help="where rank<i>.log go (default ./dpmigrate-logs/<timestamp>)")

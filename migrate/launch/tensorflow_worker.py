@@ -2,6 +2,8 @@
 
     python -m dpmigrate.launch.tensorflow_worker JOB_FILE RANK NPROC SCRIPT ARGS...
     python -m dpmigrate.launch.tensorflow_worker - RANK NPROC SCRIPT ARGS...   (several nodes: TF_CONFIG given)
+    python -m dpmigrate.launch.tensorflow_worker meet RANK NPROC SCRIPT ARGS... (several nodes, --master alone:
+        the workers meet at the master, see :mod:`.tensorflow_nodes`; details in DPMIGRATE_TF_MEET)
 
 Why: a TensorFlow worker's gRPC server listens on ``[::]:<its port>``, every interface (TF 2.21's
 ``grpc_server_lib`` hard-codes the wildcard; ``ServerDef`` has a port and no address), and has no
@@ -32,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import tensorflow_nodes
 from .private_network import CLONE_NEWNET, CLONE_NEWUSER, enter_private_network
 
 POLL_S = 0.05
@@ -104,6 +107,10 @@ def main(argv: list[str]) -> int:
         return 2
     job_file, rank, nproc, command = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3:]
     timeout_s = float(os.environ.get("DPMIGRATE_START_TIMEOUT") or 60)
+    if str(job_file) == "meet":  # several nodes, --master alone: the workers meet at the master's rendezvous
+        workers = tensorflow_nodes.cluster(json.loads(os.environ.pop(tensorflow_nodes.VARIABLE)), rank, timeout_s)
+        os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}})
+        job_file = Path("-")
     if str(job_file) == "-":  # several nodes: TF_CONFIG is given; without the bind guard, say what listens where
         if not os.environ.get("DPMIGRATE_BIND_ADDRESS"):
             _say_exposure(rank)

@@ -84,7 +84,19 @@ class BatchNormStatistics(Rule):
             "batch normalisation (the CPU) the launched job stops at dp.distributed_model saying so"))
 
     def _synchronise(self, sites: list[cst.Call], keyword: str) -> None:
-        """Give each layer ``keyword=True`` (Keras: ``synchronized=True``) unless it says otherwise already."""
+        """Give each layer ``keyword=True`` (Keras: ``synchronized=True``) unless it says otherwise already; decline
+        in a file whose hand-written training step runs outside the replicas (nothing to synchronise with)."""
+        outside = [c for c in self.q.index.of_type(self.ctx.module, cst.Call)
+                   if isinstance(c.func, cst.Attribute) and c.func.attr.value in self.vocabulary.steps_outside_replicas
+                   and not self._in_train_step(c)]
+        if outside:
+            self.report(sites[0], "declined", (
+                f"--sync-batchnorm: this file trains with its own loop ({self.code(outside[0].func)}(...)), which the "
+                f"conversion runs outside the strategy's replicas, so {keyword}=True would have nothing to synchronise "
+                "with: batch normalisation stays per rank"),
+                "train through model.fit (a custom train_step is fine) and convert with --sync-batchnorm, or accept "
+                "the difference")
+            return
         for call in sites:
             if argument(call, None, keyword) is not None or any(a.star for a in call.args):
                 continue  # the script chose (or may choose, through **kwargs); a second run changes nothing
@@ -99,6 +111,11 @@ class BatchNormStatistics(Rule):
             self.ctx.plan.replace(call, lambda updated, new=new: appended(updated, new))
             self.report(call, "change", f"{self._name(call)}: {keyword}=True (--sync-batchnorm): normalises over the "
                         "whole batch of every rank, as one process over the original's batch")
+
+    def _in_train_step(self, node: cst.CSTNode) -> bool:
+        """Inside a method named ``train_step`` (a Keras model's own step: ``fit`` runs it on every replica)."""
+        function = self.q.function_of(node)
+        return function is not None and function.name.value == "train_step"
 
     def _name(self, call: cst.Call) -> str:
         """``bn1`` of ``self.bn1 = nn.BatchNorm2d(64)``, else the class (``BatchNorm2d``)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ...codemod.vocabulary import Vocabulary
 from ..common import (
+    BatchNormStatistics,
     DownloadMainProcessFirst,
     InitRuntime,
     LocalStop,
@@ -24,6 +25,7 @@ from ..common import (
     SharedRandomData,
 )
 from ._keras import KERAS_PACKAGES, TF1_MARKERS
+from .chief_writes import ChiefWrites
 from .custom_loop import CustomLoop
 from .keras_fit import KerasFit
 from .keras_rank_divergence import KerasRankDivergence
@@ -71,6 +73,16 @@ VOCABULARY = Vocabulary(
                                                                      "callbacks", "metrics", "losses")),
                      "tensorflow.data", "tensorflow.Variable", "tensorflow.Module", "tensorflow.train"),
     save_calls=frozenset({"tensorflow.saved_model.save"}),
+    batchnorm_classes=frozenset(f"{p}.layers.BatchNormalization" for p in KERAS_PACKAGES),
+    sync_batchnorm="synchronized",  # BatchNormalization(synchronized=True): all-reduced statistics on any device
+    steps_outside_replicas=("apply_gradients", "minimize"),
+    # written once, by the main process (every worker would write the same file)
+    image_writers=frozenset({
+        *(f"{p}.utils.{n}" for p in KERAS_PACKAGES for n in ("plot_model", "save_img")),
+        *(f"{p}.preprocessing.image.save_img" for p in KERAS_PACKAGES),
+        *(f"imageio.{v}{n}" for v in ("", "v2.", "v3.") for n in ("imwrite", "mimwrite", "mimsave", "imsave")),
+        "cv2.imwrite", "matplotlib.pyplot.imsave",
+    }),
     download_prefixes=(
         *(f"{p}.utils.get_file" for p in KERAS_PACKAGES),
         *(f"{p}.datasets." for p in KERAS_PACKAGES),
@@ -92,7 +104,9 @@ RULES = (
     CustomLoop,
     DownloadMainProcessFirst,
     SharedRandomData,
+    BatchNormStatistics,
     KerasSave,
+    ChiefWrites,
     MainProcessPrint,
     MainProcessLogging,
     MainProcessOutput,

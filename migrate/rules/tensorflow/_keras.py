@@ -27,11 +27,21 @@ _TF1_NAMES = (  # under tensorflow (or tensorflow.compat.v1): only graph-mode co
 # the TF1 graph generation's markers (the vocabulary's, so the report's generation is what the rules act on); a TF2
 # script that only uses tf.compat.v1.logging and the like is not graph code
 TF1_MARKERS = tuple(f"{package}.{name}" for package in ("tensorflow", "tensorflow.compat.v1") for name in _TF1_NAMES)
-MULTI_GPU_MODEL = {
-    f"{p}.utils.{m}multi_gpu_model" for p in KERAS_PACKAGES for m in ("", "training_utils.", "multi_gpu_utils.")
+MULTI_GPU_MODEL = {  # also TF 1.x's spellings of tf.keras (tensorflow._api.v1.keras, tensorflow.compat.v1.keras)
+    f"{p}.utils.{m}multi_gpu_model" for p in (*KERAS_PACKAGES, "tensorflow._api.v1.keras", "tensorflow.compat.v1.keras")
+    for m in ("", "training_utils.", "multi_gpu_utils.")
 }
 _MODEL_CLASSES = ("Model", "Sequential")
 _CUSTOM_STEP = ("apply_gradients", "minimize")
+# Keras 3 only: tf-keras (what `dpmigrate launch` gives `tensorflow.keras`) has none of these
+_KERAS3_ONLY = tuple(f"{p}.{n}" for p in ("keras", "tensorflow.keras") for n in (
+    "ops", "random", "distribution", "tree", "config", "PyDataset", "utils.PyDataset"))
+_DEVICES = {"tensorflow.device", "tensorflow.compat.v1.device"}
+# Keras' own tf.data factories: their batch is their `batch_size=` argument (32 by default)
+DATASET_FACTORIES = frozenset(f"{p}.{m}.{n}_dataset_from_{src}" for p in KERAS_PACKAGES for m in ("utils", "preprocessing")
+                              for n, src in (("image", "directory"), ("text", "directory"), ("audio", "directory"),
+                                             ("timeseries", "array")))
+_GRADIENTS = ("compute_gradients", "gradients", "gradient", "minimize", "apply_gradients")
 
 
 def method_call(name: str) -> m.Call:
@@ -60,12 +70,55 @@ class KerasFile:
     def __init__(self, ctx) -> None:
         self.q: Query = ctx.query
         self.module = ctx.module
-        self.multi_gpu = [c for c in self.calls_named("multi_gpu_model") if self.is_multi_gpu_model(c)]
+        self.local_modules = set(ctx.options.local_modules)
+        # by qualified name: `from keras.utils import multi_gpu_model as to_gpus` too
+        self.multi_gpu = [c for c in self.q.index.of_type(self.module, cst.Call) if self.is_multi_gpu_model(c)]
         self.compiles = [c for c in self.q.findall(self.module, method_call("compile")) if owner_name(c)]
         overrides = self.train_step_overrides()
         self.custom_steps = [c for c in self.q.findall(self.module, m.Call(func=m.Attribute(
             attr=m.OneOf(*(m.Name(n) for n in _CUSTOM_STEP))))) if not any(self.q.index.contains(f, c) for f in overrides)]
         self.model_names = self._model_names()
+        self.keras3_only = self._keras3_only()
+        self.towers = [loop for loop in self.q.findall(self.module, m.For()) if self.is_tower_loop(loop)]
+
+    @property
+    def fit_style(self) -> bool:
+        """Trains through Keras only (``compile``/``fit``, ``train_step`` overrides), with no hand-written
+        loop outside a ``train_step`` and no Keras 3-only API: ``dp.enter_scope()`` is for such files."""
+        fits = self.q.findall(self.module, method_call("fit")) or self.q.findall(self.module, method_call("fit_generator"))
+        return bool((self.compiles or self.imported_models()) and fits) and not self.custom_steps and \
+            not self.keras3_only and not self.towers
+
+    def _keras3_only(self) -> list[cst.CSTNode]:
+        """Uses of Keras 3-only APIs (``keras.ops``, ``keras.random``, ``PyDataset``, a ``KERAS_BACKEND``
+        setting other than ``"tensorflow"``), first first: tf-keras has none of them."""
+        found: list[cst.CSTNode] = [n for n in self.q.index.of_type(self.module, cst.Attribute, cst.Name)
+                                    if self.q.index.qualified_names_among(n, _KERAS3_ONLY)]
+        for string in self.q.index.of_type(self.module, cst.SimpleString):
+            statement = self.q.statement_of(string) if "KERAS_BACKEND" in string.value else None
+            if statement is not None and "tensorflow" not in self.q.module.code_for_node(statement):
+                found.append(string)  # another backend than TensorFlow's: Keras 3 only
+        return found
+
+    def keras3_name(self, use: cst.CSTNode) -> str:
+        """``keras.ops`` for a use :meth:`_keras3_only` found (``KERAS_BACKEND`` for the setting)."""
+        if isinstance(use, cst.SimpleString):
+            return "KERAS_BACKEND"
+        return min(self.q.index.qualified_names_among(use, _KERAS3_ONLY), default=self.q.module.code_for_node(use))
+
+    def is_tower_loop(self, loop: cst.For) -> bool:
+        """``for i in range(n): with tf.device('/gpu:%d' % i):`` (the device named by the loop's variable)
+        whose body computes gradients or calls a model: one replica per device, combined by the script itself
+        (in-graph towers, or TF2's eager form). A loop of epochs under one fixed device is not one."""
+        bound = target_names(loop.target)
+        devices = [w for w in self.q.findall(loop.body, m.With()) if any(
+            isinstance(i.item, cst.Call) and self.q.is_call_to(i.item, _DEVICES)
+            and bound & {n for a in i.item.args for n in self.q.names_in(a)} for i in w.items)]
+        if not devices:
+            return False
+        calls = self.q.findall(loop.body, m.Call())
+        return any(isinstance(c.func, cst.Attribute) and c.func.attr.value in _GRADIENTS for c in calls) or any(
+            isinstance(c.func, cst.Name) for c in calls)
 
     def train_step_overrides(self) -> list[cst.FunctionDef]:
         """``train_step`` methods of the module's Keras ``Model`` subclasses (run by ``fit`` on every replica)."""
@@ -89,11 +142,6 @@ class KerasFile:
 
     def is_multi_gpu_model(self, call: cst.Call) -> bool:
         return self.q.is_call_to(call, MULTI_GPU_MODEL)
-
-    def calls_named(self, last: str) -> list[cst.Call]:
-        return [c for c in self.q.index.of_type(self.module, cst.Call)
-                if (isinstance(c.func, cst.Name) and c.func.value == last)
-                or (isinstance(c.func, cst.Attribute) and c.func.attr.value == last)]
 
     # --- models -----------------------------------------------------------------------------------
 
@@ -167,7 +215,37 @@ class KerasFile:
             receiver = self.receiver_name(call)
             if receiver:
                 names.add(receiver)
+        names |= self.imported_models()
         return {n for n in names if n}
+
+    def imported_models(self) -> set[str]:
+        """Names a function of the script's own modules returns and the script then fits
+        (``model = setup_mod.build_and_compile()`` ... ``model.fit(...)``): Keras models built and compiled there."""
+        fitted = {owner_name(c) for c in self.q.findall(self.module, method_call("fit"))}
+        found = set()
+        for assign in self.q.findall(self.module, m.Assign(value=m.Call(func=m.Attribute(value=m.Name())))):
+            target = assign.targets[0].target if len(assign.targets) == 1 else None
+            if isinstance(target, cst.Name) and target.value in fitted and \
+                    assign.value.func.value.value in self.local_modules:
+                found.add(target.value)
+        return found
+
+    # --- Keras Sequences ----------------------------------------------------------------------------
+
+    def sequence_classes(self) -> dict[str, cst.ClassDef]:
+        """The module's classes deriving (directly) from ``keras.utils.Sequence`` / ``PyDataset``."""
+        return {s.name.value: s for s in self.module.body if isinstance(s, cst.ClassDef) and any(
+            any(n.rsplit(".", 1)[-1] in ("Sequence", "PyDataset") and ".utils." in n for n in self.under_keras(b.value))
+            for b in s.bases)}
+
+    def sequence_built(self, value: cst.BaseExpression, scope: cst.CSTNode, before: cst.CSTNode) -> cst.Call | None:
+        """The ``Rows(...)`` call that builds the Sequence ``value`` is (itself, or a name assigned it)."""
+        if isinstance(value, cst.Name):
+            assignment = self.last_assignment_before(before, value.value)
+            value = assignment.value if assignment is not None else value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in self.sequence_classes():
+            return value
+        return None
 
     # --- statements and assignments ---------------------------------------------------------------
 
@@ -211,11 +289,27 @@ class KerasFile:
                 return True
             if m.matches(call.func, m.Attribute(attr=m.Name("batch") | m.Name("padded_batch"))):
                 return True
+            if self.q.is_call_to(call, DATASET_FACTORIES):
+                return True
         root = chain_root(value)
         if isinstance(root, cst.Name) and root.value not in seen:
             return any(self.is_dataset_chain(a.value, scope, seen | {root.value})
                        for a in self.assignments(scope, root.value))
         return False
+
+    def factory_call(self, value: cst.BaseExpression, scope: cst.CSTNode,
+                     seen: frozenset[str] = frozenset()) -> cst.Call | None:
+        """The ``keras.utils.image_dataset_from_directory(...)`` (or text, audio, timeseries) call a pipeline
+        starts from, whose ``batch_size=`` makes its batches (following ``ds = ds.map(...)``)."""
+        found = [c for c in self.q.findall(value, m.Call()) if self.q.is_call_to(c, DATASET_FACTORIES)]
+        if found:
+            return found[0]
+        root = chain_root(value)
+        if isinstance(root, cst.Name) and root.value not in seen:
+            earlier = [a for a in self.assignments(scope, root.value) if _starts_before(self.q, a.statement, value)]
+            if earlier:
+                return self.factory_call(earlier[-1].value, scope, seen | {root.value})
+        return None
 
     def batch_calls(self, value: cst.BaseExpression, scope: cst.CSTNode,
                     seen: frozenset[str] = frozenset()) -> list[cst.Call]:

@@ -8,6 +8,7 @@ from ...codemod import patterns as m
 from ...codemod.calls import argument
 from ...codemod.rule import Rule
 from ._keras import KerasFile, owner_name
+from ._loop_data import LoopData
 
 _OPTIMIZER_PACKAGES = ("tensorflow.keras.optimizers", "keras.optimizers", "tf_keras.optimizers", "tensorflow.optimizers")
 _SUMMED_LOSS = {"tensorflow.reduce_sum", "tensorflow.math.reduce_sum", "tensorflow.nn.compute_average_loss"}
@@ -28,6 +29,14 @@ class CustomLoop(Rule):
               train_ds = tf.data.Dataset...batch(64)   ->  train_ds = dp.distributed_loader(tf.data.Dataset...batch(64))
     ``--batch global`` makes the pipeline's ``.batch(B)`` ``.batch(dp.per_rank_batch_size(B))``.
     ``keras.metrics`` objects then measure this worker's shard; what they print is the chief's.
+    The data is followed from the loop to where its batched pipeline is built: through ``enumerate``,
+    ``zip``, ``tqdm``, ``iter``/``next``, ``ds.take(n)`` (sharded before the ``take``, so every worker takes
+    its ``n``) and a function's parameter to its callers (``def train(dataset): for batch in dataset`` called
+    as ``train(train_ds)``); a loop whose data it cannot follow is declined, never left whole silently.
+    A TF2 tower loop (``for i in range(n_gpus): with tf.device('/gpu:%d' % i):``, the towers' gradients
+    averaged by the script) is kept and noted: each worker averages its towers over its own shard, then the
+    workers' averages are averaged (measured equivalent); on GPUs each worker would use every GPU of its
+    machine, so the note says to keep one tower per worker.
     Leaves alone: evaluation loops (every worker reads all of their data). Declined (with the fix): a
     loss that is a sum or already divided by a global batch
     (``reduce_sum``, ``compute_average_loss``: the average over the workers would shrink it N times),
@@ -40,6 +49,12 @@ class CustomLoop(Rule):
         keras = self.ctx.analysis(KerasFile)
         if not keras.custom_steps:
             return
+        for loop in keras.towers:
+            self.report(loop, "note", "tower loop kept: each worker still splits its batch over its towers and "
+                        "averages their gradients, then dp.distributed_optimizer averages the workers' (together the "
+                        "gradient of the global batch); on GPUs every worker would place towers on every GPU of its "
+                        "machine", "set the number of towers to 1 (or drop the loop and average_gradients) so that "
+                        "each worker uses its own device, tf.device(dp.device())")
         summed = self._summed_loss(keras)
         if summed is not None:
             self.report(summed, "declined", f"the loss uses {self.code(summed.func)}: a sum (or a mean over a global "
@@ -98,38 +113,32 @@ class CustomLoop(Rule):
 
     def _shard_datasets(self, keras: KerasFile) -> None:
         global_batch = self.ctx.options.batch == "global"
+        data = LoopData(keras)
         done: set[int] = set()
-        steps = {f.name.value for f in self.q.index.of_type(self.ctx.module, cst.FunctionDef)
-                 if any(self.q.index.contains(f, s) for s in keras.custom_steps)}
-        for loop in self.q.findall(self.ctx.module, m.For()):
-            if not (self.q.trains(loop.body) or self.q.called_names(loop.body) & steps):
+        for loop in data.training_loops():
+            sites = data.sites(loop)
+            if sites is None:
+                self.report(loop, "declined", "cannot follow the data this training loop reads to a batched tf.data "
+                            "pipeline of this file: every worker would read all of it (the gradients are averaged, so "
+                            "it trains like one process, N times over)", "where the batched pipeline is built: "
+                            "ds = dp.distributed_loader(ds) (worker r takes batches r, r+N, ...); for arrays batched "
+                            "by hand, take this worker's part with dp.shard(x)")
                 continue
-            iterable = loop.iter
-            if m.matches(iterable, m.Call(func=m.Name("enumerate"))) and iterable.args:
-                iterable = iterable.args[0].value
-            if not isinstance(iterable, cst.Name):
-                continue
-            scope = keras.scope_of(loop)
-            if not keras.is_dataset_chain(iterable, scope):
-                continue
-            assignment = keras.last_assignment_before(loop, iterable.value)
-            if assignment is None or id(assignment.value) in done:
-                if assignment is None:
-                    self.report(loop, "declined", f"the training loop reads `{iterable.value}`, a tf.data pipeline "
-                                "built elsewhere: every worker would read all of it",
-                                f"where it is built: {iterable.value} = dp.distributed_loader({iterable.value})")
-                continue
-            done.add(id(assignment.value))
-            if self._already_sharded(assignment.value):
-                continue
-            self.ctx.plan.replace(assignment.value, lambda updated: self.dp_call("distributed_loader", updated))
-            self.report(assignment.value, "change", f"{iterable.value} = dp.distributed_loader(...): each worker reads "
-                        "its own shard of the batches (the same number on every worker)")
-            if global_batch:
-                self._per_rank_batch(keras, assignment.value, scope)
+            for site in sites:
+                if id(site.node) in done or self._already_sharded(site.node):
+                    continue
+                done.add(id(site.node))
+                self.ctx.plan.replace(site.node, lambda updated: self.dp_call("distributed_loader", updated))
+                self.report(site.node, "change", f"{site.name} = dp.distributed_loader(...): each worker reads its "
+                            "own shard of the batches (the same number on every worker)", effect="shard")
+                if global_batch:
+                    self._per_rank_batch(keras, data, site.node, site.scope)
 
-    def _per_rank_batch(self, keras: KerasFile, value: cst.BaseExpression, scope: cst.CSTNode) -> None:
+    def _per_rank_batch(self, keras: KerasFile, data: LoopData, value: cst.BaseExpression, scope: cst.CSTNode) -> None:
         batches = keras.batch_calls(value, scope)
+        function = self.q.module_functions().get(value.func.value) if m.matches(value, m.Call(func=m.Name())) else None
+        if not batches and function is not None:  # make_dataset(...): its own .batch(B)
+            batches = data.returned_batches(function)
         if len(batches) != 1 or not batches[0].args:
             self.report(value, "declined", "--batch global: cannot find the pipeline's .batch(B)",
                         "batch it with .batch(dp.per_rank_batch_size(B)), B being the global batch")
@@ -138,7 +147,23 @@ class CustomLoop(Rule):
         self.ctx.plan.replace(site, lambda updated: updated.with_changes(
             value=self.dp_call("per_rank_batch_size", updated.value)))
         self.report(site, "change", f"--batch global: .batch({self.code(site.value)}) -> "
-                    ".batch(dp.per_rank_batch_size(...)), so the global batch stays the same")
+                    ".batch(dp.per_rank_batch_size(...)), so the global batch stays the same", effect="split-batch")
+        self._batch_used_in_steps(keras, site.value)
+
+    def _batch_used_in_steps(self, keras: KerasFile, batch: cst.BaseExpression) -> None:
+        """``BATCH_SIZE`` also read by a training step (``tf.random.normal([BATCH_SIZE, noise_dim])``): there it is
+        still the global batch, while each worker's batch is now ``BATCH_SIZE / N``."""
+        if not isinstance(batch, cst.Name):
+            return
+        steps = {id(f): f for f in self.q.index.of_type(self.ctx.module, cst.FunctionDef)
+                 if any(self.q.index.contains(f, s) for s in keras.custom_steps)}
+        for function in steps.values():
+            use = next((n for n in self.q.index.of_type(function.body, cst.Name) if n.value == batch.value), None)
+            if use is not None:
+                self.report(use, "note", f"--batch global: {batch.value} is read in the training step too, where it "
+                            f"is still the global batch while each worker's batch is now {batch.value} / N",
+                            f"take the batch's own size there (tf.shape(images)[0]), or use dp.per_rank_batch_size"
+                            f"({batch.value})")
 
     def _already_sharded(self, value: cst.BaseExpression) -> bool:
         return bool(self.q.findall(value, m.Call(func=m.Attribute(attr=m.Name("shard")))))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...codemod import flow
 from ...codemod import patterns as m
 from ...codemod.calls import argument
 from ...codemod.rule import Rule
@@ -13,6 +14,11 @@ _RUNS = ("fit", "evaluate", "predict", "fit_generator", "evaluate_generator", "p
 _CHIEF_WRITES = {"ModelCheckpoint", "TensorBoard", "BackupAndRestore"}
 _EVERY_WORKER_WRITES = {"CSVLogger"}
 _NUMPY_DEFAULT_BATCH = "32"
+_BATCH_PARAMETERS = ("batch_size", "batch", "bs")
+_IMAGE_FLOWS = ("flow", "flow_from_directory", "flow_from_dataframe")
+_STEP_COUNTS = ("steps_per_epoch", "validation_steps")
+_RANDOM = ("numpy.random.", "random.")
+_SEEDED_WHEN_GIVEN = ("numpy.random.default_rng", "numpy.random.RandomState", "random.Random", "numpy.random.seed")
 
 
 class KerasFit(Rule):
@@ -30,14 +36,26 @@ class KerasFit(Rule):
     temporary folders it removes); ``EarlyStopping`` decides on metrics reduced over all workers, so
     they stop together; ``CSVLogger`` is declined (every worker would write the same file).
     ``validation_split`` is kept: Keras splits the arrays before distributing them.
+    A ``keras.utils.Sequence`` of the script's own: Keras splits each of its batches over the workers
+    (measured equivalent); per-device, its constructor's ``batch_size`` argument is multiplied; a Sequence
+    that shuffles itself with an unseeded generator is declined (each worker would draw its own order, and
+    the workers' parts of a batch would overlap).
+    Keras' own batch makers (``keras.utils.image_dataset_from_directory`` and the like, an
+    ``ImageDataGenerator``'s ``flow``): their ``batch_size`` is handled as ``fit``'s (32 when not given); the
+    runtime gives such an iterator the job's seed, so every worker orders and augments alike.
     A model wrapped by ``multi_gpu_model`` had a global batch already: kept, whatever the policy.
-    Leaves alone: a batch it cannot find (declined with the fix).
+    When the batch changes (per-device), counts of batches computed from it are reported: ``steps_per_epoch``,
+    ``validation_steps``, a ``ModelCheckpoint``'s integer ``save_freq``.
+    Leaves alone: a batch it cannot find (declined with the fix); files using Keras 3-only APIs
+    (``keras-strategy-scope`` declines them).
     """
 
     name = "keras-fit"
 
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
+        if keras.keras3_only:
+            return
         parallel = {keras.receiver_name(c) for c in keras.multi_gpu}
         for call in self.q.findall(self.ctx.module, m.Call(func=m.Attribute(attr=m.OneOf(*map(m.Name, _RUNS))))):
             name = owner_name(call)
@@ -59,10 +77,17 @@ class KerasFit(Rule):
         per_device = self.ctx.options.batch == "per-device"
         data = argument(call, 0, "x")
         scope = keras.scope_of(call)
+        sequence = keras.sequence_built(data.value, scope, call) if data is not None else None
         if argument(call, 2, "batch_size") is not None or argument(call, 1, "y") is not None:
             dataset = False  # NumPy arrays: a dataset takes neither
         elif data is not None and keras.is_dataset_chain(data.value, scope):
             dataset = True
+        elif sequence is not None:
+            self._sequence(keras, call, sequence, per_device and not parallel)
+            return
+        elif data is not None and self._image_flow(keras, data.value, call) is not None:
+            self._factory(self._image_flow(keras, data.value, call), per_device and not parallel, call, keras)
+            return
         else:
             self.report(call, "declined", "cannot tell whether fit() reads NumPy arrays or a tf.data pipeline, so "
                         "not where its batch is set",
@@ -71,6 +96,10 @@ class KerasFit(Rule):
             return
         if dataset:
             batches = keras.batch_calls(self._defined(keras, data.value, call), scope)
+            factory = keras.factory_call(self._defined(keras, data.value, call), scope) if not batches else None
+            if factory is not None:
+                self._factory(factory, per_device and not parallel, call, keras)
+                return
             if len(batches) != 1 or not batches[0].args:
                 self.report(call, "declined", "fit() reads a tf.data pipeline whose .batch(B) cannot be found here",
                             "its batch is the GLOBAL batch under the strategy: batch it with B * dp.world_size() "
@@ -84,11 +113,11 @@ class KerasFit(Rule):
         if parallel:
             if site is not None:
                 self.report(site, "note", f"{what} kept: it was the global batch of multi_gpu_model already, now "
-                            "split over all workers' replicas")
+                            "split over all workers' replicas", effect="split-batch")
             return
         if not per_device:
             self.report(site or call, "note", f"--batch global: {what} kept; Keras splits that global batch over the "
-                        "workers, so the training trajectory is the original one")
+                        "workers, so the training trajectory is the original one", effect="split-batch")
             return
         if site is None:  # NumPy input and no batch_size: Keras' default of 32
             self.ctx.plan.needs_runtime_import = True
@@ -96,13 +125,106 @@ class KerasFit(Rule):
                 cst.parse_expression(f"{_NUMPY_DEFAULT_BATCH} * {self.ctx.alias}.world_size()"),
                 keyword=cst.Name("batch_size"), equal=_EQUAL))))
             self.report(call, "change", "per-device batch: batch_size=32 (Keras' default) * dp.world_size() is the "
-                        "global batch, 32 per worker")
+                        "global batch, 32 per worker", effect="shard")
             return
+        self._multiply(site, what)
+        self._counts_of_batches(keras, call)
+
+    def _multiply(self, site: cst.Arg, what: str) -> None:
         self.ctx.plan.replace(site, lambda updated: updated.with_changes(value=cst.BinaryOperation(
             _parenthesized(updated.value), cst.Multiply(), self.dp("world_size()"))))
         self.report(site, "change", f"per-device batch: {what} {self.code(site.value)} -> "
                     f"{self.code(site.value)} * dp.world_size(): under the strategy it is the global batch, so each "
-                    "worker keeps the original batch (--batch global keeps it instead)")
+                    "worker keeps the original batch (--batch global keeps it instead)", effect="shard")
+
+    def _counts_of_batches(self, keras: KerasFile, call: cst.Call) -> None:
+        """Counts of batches the script gives ``fit``: the same count of batches N times larger."""
+        for name in _STEP_COUNTS:
+            given = argument(call, 99, name)
+            if given is not None:
+                self.report(given, "note", f"{name}={self.code(given.value)} counts global batches, now "
+                            "dp.world_size() times larger: an epoch reads that many times the samples; divide it "
+                            "by dp.world_size() if it was computed from the data size and the batch")
+        for created in self._callback_calls(keras, call, keras.scope_of(call)):
+            freq = argument(created, 99, "save_freq")
+            if freq is not None and not isinstance(freq.value, cst.SimpleString):
+                self.report(freq, "note", f"save_freq={self.code(freq.value)} counts batches, now dp.world_size() "
+                            "times larger: the model is saved that many times less often (in samples); divide it "
+                            "by dp.world_size() to keep the original rhythm")
+
+    def _factory(self, factory: cst.Call, per_device: bool, fit: cst.Call, keras: KerasFile) -> None:
+        """``fit`` on ``keras.utils.*_dataset_from_*(..., batch_size=B)``: its batch is the global batch."""
+        name = self.code(factory.func)
+        site = argument(factory, None, "batch_size")
+        if not per_device:
+            self.report(site or factory, "note", f"--batch global: {name}'s batch kept; Keras splits that global "
+                        "batch over the workers, so the training trajectory is the original one", effect="split-batch")
+            return
+        if site is None:  # Keras' default of 32
+            self.ctx.plan.needs_runtime_import = True
+            self.ctx.plan.replace(factory, lambda updated: updated.with_changes(args=_appended(updated.args, cst.Arg(
+                cst.parse_expression(f"{_NUMPY_DEFAULT_BATCH} * {self.ctx.alias}.world_size()"),
+                keyword=cst.Name("batch_size"), equal=_EQUAL))))
+            self.report(factory, "change", f"per-device batch: {name}(batch_size=32 (its default) * dp.world_size()) "
+                        "is the global batch, 32 per worker", effect="shard")
+        else:
+            self._multiply(site, f"{name}'s batch_size")
+        self._counts_of_batches(keras, fit)
+
+    def _image_flow(self, keras: KerasFile, value: cst.BaseExpression, before: cst.CSTNode) -> cst.Call | None:
+        """``datagen.flow(x, y, batch_size=B)`` (or ``flow_from_directory``...) of an ``ImageDataGenerator``."""
+        value = self._defined(keras, value, before)
+        if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in _IMAGE_FLOWS and isinstance(value.func.value, cst.Name)):
+            return None
+        made = keras.last_assignment_before(value, value.func.value.value)
+        if made is None or not isinstance(made.value, cst.Call) or not any(
+                n.endswith("preprocessing.image.ImageDataGenerator") for n in keras.under_keras(made.value.func)):
+            return None
+        return value
+
+    def _unseeded_draw(self, cls: cst.ClassDef) -> cst.Call | None:
+        """A draw from NumPy's or Python's global generator, or from one built without a seed, in ``cls``."""
+        for call in self.q.index.of_type(cls, cst.Call):
+            names = self.q.qualified_names(call.func)
+            if not any(n.startswith(_RANDOM) for n in names):
+                continue
+            if any(n in _SEEDED_WHEN_GIVEN for n in names):
+                if call.args:
+                    continue  # a generator built with a seed
+                return call
+            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+            if isinstance(receiver, cst.Call) and receiver.args and \
+                    any(n in _SEEDED_WHEN_GIVEN for n in self.q.qualified_names(receiver.func)):
+                continue  # np.random.default_rng(seed).shuffle(...)
+            return call
+        return None
+
+    def _sequence(self, keras: KerasFile, call: cst.Call, built: cst.Call, per_device: bool) -> None:
+        """``fit(Rows(x, y, batch_size))``: the Sequence's batch is the global batch; Keras splits each one."""
+        cls = keras.sequence_classes()[built.func.value]
+        draw = self._unseeded_draw(cls)
+        if draw is not None:
+            self.report(draw, "declined", f"{cls.name.value} draws {self.code(draw.func)}(...) with an unseeded "
+                        "generator: each worker draws its own order, so the workers' parts of a batch overlap and "
+                        "some samples are never seen", "draw it from a generator seeded alike on every worker, "
+                        "e.g. np.random.default_rng(seed + epoch).shuffle(self.indices)")
+        if not per_device:
+            self.report(built, "note", f"--batch global: {cls.name.value}'s batch is the global batch; Keras splits "
+                        "each of its batches over the workers (every worker loads the whole batch)",
+                        effect="split-batch")
+            return
+        init = flow.method(cls, "__init__")
+        params = [p.name.value for p in init.params.params][1:] if init is not None else []
+        parameter = next((p for p in params if p in _BATCH_PARAMETERS), None)
+        site = argument(built, params.index(parameter), parameter) if parameter is not None else None
+        if site is None:
+            self.report(built, "declined", f"fit() reads {cls.name.value}, a Sequence whose batch size this cannot "
+                        "find: under the strategy its batch is the GLOBAL batch, split over the workers",
+                        "build it with batch B * dp.world_size() (per-device policy) or B (global policy)")
+            return
+        self._multiply(site, f"{cls.name.value}'s {parameter}")
+        self._counts_of_batches(keras, call)
 
     def _defined(self, keras: KerasFile, value: cst.BaseExpression, call: cst.Call) -> cst.BaseExpression:
         """The expression a dataset name was last given before ``call``."""

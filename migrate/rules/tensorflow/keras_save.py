@@ -11,6 +11,7 @@ from ...codemod.rule import Rule
 from ._keras import KerasFile, owner_name
 
 _CHECKPOINTS = {"tensorflow.train.Checkpoint", "tensorflow.compat.v2.train.Checkpoint"}
+_MANAGERS = {"tensorflow.train.CheckpointManager", "tensorflow.compat.v2.train.CheckpointManager"}
 
 
 class KerasSave(Rule):
@@ -22,6 +23,7 @@ class KerasSave(Rule):
     real path and the others to temporary paths that are removed.
     Example:  model.save("model.keras")         ->  dp.save(model, "model.keras")
               model.save_weights("w.weights.h5")  ->  dp.save(model, "w.weights.h5", weights_only=True)
+              manager.save()                      ->  dp.save(manager, manager.directory)   (tf.train.CheckpointManager)
     Unsafe when: only some workers reach the line (``rank-divergent-code`` reports it).
     Leaves alone: a save already under a rank condition (declined: it hangs once distributed), and
     saves with more arguments than the path (declined: ``dp.save`` takes the object and the path).
@@ -31,7 +33,8 @@ class KerasSave(Rule):
 
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
-        checkpoints = self._checkpoints(keras)
+        checkpoints = self._checkpoints(keras, _CHECKPOINTS)
+        managers = self._checkpoints(keras, _MANAGERS)
         for call in self.q.findall(self.ctx.module, m.Call(func=m.Attribute(attr=m.Name("save") | m.Name("save_weights")))):
             name = owner_name(call)
             weights = call.func.attr.value == "save_weights"
@@ -39,6 +42,9 @@ class KerasSave(Rule):
                 what = f"{name}.{call.func.attr.value}"
             elif name in checkpoints and not weights:
                 what = f"{name}.save"
+            elif name in managers and not weights:
+                self._manager(call, name)
+                continue
             else:
                 continue
             ranks = self.ctx.analysis(RankAnalysis)
@@ -59,10 +65,34 @@ class KerasSave(Rule):
                         f"{', weights_only=True' if weights else ''}): every worker saves, the chief writes the real "
                         "path, the others temporary ones that are removed")
 
-    def _checkpoints(self, keras: KerasFile) -> set[str]:
+    def _manager(self, call: cst.Call, name: str) -> None:
+        """``manager.save(...)`` -> ``dp.save(manager, manager.directory, ...)``: the chief saves through it."""
+        ranks = self.ctx.analysis(RankAnalysis)
+        guard = ranks.rank_condition(call)
+        if guard is not None or any(a.star for a in call.args) or any(a.keyword is None for a in call.args):
+            self.report(call, "declined", f"{name}.save(...) under `{ranks.describe(guard)}` or with positional "
+                        "arguments" if guard is not None else f"{name}.save(...) with positional arguments",
+                        f"call dp.save({name}, {name}.directory) on every worker: the chief saves through the manager, "
+                        "the others write a private temporary copy")
+            return
+
+        def rewrite(updated: cst.Call) -> cst.Call:
+            owner = updated.func.value
+            comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            head = [cst.Arg(owner, comma=comma), cst.Arg(cst.Attribute(owner, cst.Name("directory")))]
+            if updated.args:
+                head[-1] = head[-1].with_changes(comma=comma)
+            return updated.with_changes(func=self.dp_attribute("save"), args=[*head, *updated.args])
+
+        self.ctx.plan.replace(call, rewrite)
+        self.report(call, "change", f"{name}.save() -> dp.save({name}, {name}.directory): every worker saves (reading "
+                    "distributed variables runs collectives), the chief through the manager into its folder, the "
+                    "others a private temporary copy that is removed; every worker still restores from the real folder")
+
+    def _checkpoints(self, keras: KerasFile, classes: set[str]) -> set[str]:
         found = set()
         for call in self.q.index.of_type(self.ctx.module, cst.Call):
-            if self.q.is_call_to(call, _CHECKPOINTS):
+            if self.q.is_call_to(call, classes):
                 name = keras.receiver_name(call)
                 if name:
                     found.add(name)

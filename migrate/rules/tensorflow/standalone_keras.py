@@ -18,7 +18,8 @@ class StandaloneKeras(Rule):
     ``dpmigrate launch`` does for TensorFlow jobs.
     Example:  import keras                      ->  from tensorflow import keras
               from keras.models import Sequential  ->  from tensorflow.keras.models import Sequential
-    Only in files whose Keras models are compiled and fitted (the ones the strategy runs).
+    Only in files whose Keras models are compiled and fitted (the ones the strategy runs), and not in files
+    using Keras 3-only APIs (``keras.ops``...: tf-keras has none of them; their fit is declined).
     Leaves alone: ``import keras.x.y`` without ``as`` (declined: the names it binds would change).
     """
 
@@ -27,6 +28,11 @@ class StandaloneKeras(Rule):
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
         if not keras.compiles:
+            return
+        if keras.keras3_only:
+            use = keras.keras3_only[0]
+            self.report(use, "note", f"Keras 3 imports kept: the script uses {keras.keras3_name(use)}, which tf-keras (what "
+                        "tensorflow.keras is on a launched job) does not have")
             return
         for node in self.q.index.of_type(self.ctx.module, cst.Import, cst.ImportFrom):
             if isinstance(node, cst.ImportFrom):

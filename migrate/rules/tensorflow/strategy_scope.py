@@ -5,6 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod import patterns as m
+from ...codemod.entry import EntryPoint
+from ...codemod.query import is_main_guard
 from ...codemod.rule import Rule
 from ._keras import KerasFile, owner_name, statements_of
 
@@ -25,15 +27,26 @@ class StrategyScope(Rule):
     (``model = build_model()``). ``model = dp.distributed_model(model)`` follows the block: it checks the
     variables are mirrored and turns Keras 3's unreadable multi-worker ``fit`` failure into an error that
     names the fix (tf-keras). At world size 1 both are TF's default strategy: nothing changes.
+    Scripts that train through Keras only (``fit``, ``train_step`` overrides; no hand-written loop) also
+    get ``dp.enter_scope()`` right after ``dp.init()`` (before any Keras object the module builds
+    earlier): the strategy's scope for the rest of the program, so the variables made outside the block
+    (sub-models and optimizers built first, then ``GAN(d, g).compile(d_opt, g_opt)``; layers called on
+    ``keras.Input`` statements above; a ``TextVectorization`` adapted first) are the strategy's too.
     Leaves alone: models compiled in a block other than the one that builds them, or from a function
-    argument (declined: build them under ``dp.scope()`` by hand); hand-written training loops (see
-    ``tf-custom-loop``).
+    argument (declined: build them under ``dp.scope()`` by hand; a note when ``dp.enter_scope()`` covers
+    them); hand-written training loops (see ``tf-custom-loop``). Declined: a script using Keras 3-only APIs
+    (``keras.ops``, ``keras.random``, ``PyDataset``, ``KERAS_BACKEND``): tf-keras, which
+    MultiWorkerMirroredStrategy's ``fit`` needs, has none of them, and Keras 3's ``fit`` fails under it.
     """
 
     name = "keras-strategy-scope"
 
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
+        if keras.keras3_only and keras.compiles:
+            self._decline_keras3(keras)
+            return
+        program = keras.fit_style and self.ctx.analysis(EntryPoint).anchor is not None
         ranges: dict[int, tuple[cst.CSTNode, list[list[int]]]] = {}
         builders = keras.compiling_functions()
         parallel = {keras.receiver_name(c): c for c in keras.multi_gpu if keras.receiver_name(c)}
@@ -46,6 +59,10 @@ class StrategyScope(Rule):
             if self._in_scope(compile_call):
                 continue
             found = self._range(keras, compile_call, parallel.get(name))
+            if found is None and program:
+                self.report(compile_call, "note", f"`{name}` is compiled here but not built in the same block: "
+                            "dp.enter_scope() makes its variables the strategy's wherever they are built")
+                continue
             if found is None:
                 self.report(
                     compile_call, "declined",
@@ -82,6 +99,52 @@ class StrategyScope(Rule):
                 self.ctx.plan.group(body[first:last + 1], self._with_scope(body[first:last + 1]))
         for statement, name in built:
             self.ctx.plan.insert_after(statement, self.statement(f"{name} = {{dp}}.distributed_model({name})\n"))
+        if program:
+            self._enter_scope(keras)
+
+    def _enter_scope(self, keras: KerasFile) -> None:
+        """``dp.enter_scope()`` after ``dp.init()`` (where InitRuntime puts it), or before the first module-level
+        statement that builds Keras objects before the entry point runs."""
+        entry = self.ctx.analysis(EntryPoint)
+        statement = self.statement("{dp}.enter_scope()\n")
+        early = self._keras_objects_before(keras, entry.anchor)
+        if early is not None:
+            self.ctx.plan.insert_before(early, statement)
+            where = early
+        elif entry.after:
+            self.ctx.plan.insert_after(entry.anchor, statement)
+            where = entry.anchor
+        else:
+            self.ctx.plan.insert_before(entry.anchor, statement)
+            where = entry.anchor
+        self.report(where, "change", "dp.enter_scope(): the strategy's scope for the rest of the program, so every "
+                    "variable the Keras training uses is the strategy's, wherever it is built (sub-models, "
+                    "optimizers, layers called earlier, lookup tables); nothing at world size 1")
+
+    def _keras_objects_before(self, keras: KerasFile, anchor: cst.CSTNode) -> cst.BaseStatement | None:
+        """The first module-level statement run before ``anchor`` that builds Keras or TensorFlow objects."""
+        body = self.ctx.module.body
+        top = next(s for s in body if s is anchor or self.q.index.contains(s, anchor))
+        in_function = isinstance(top, cst.FunctionDef)  # main(): module code runs up to the __main__ block
+        for statement in body:
+            if (statement is top and not in_function) or (isinstance(statement, cst.If) and is_main_guard(statement)):
+                return None
+            if isinstance(statement, cst.SimpleStatementLine) and not self.q.findall(
+                    statement, m.Import() | m.ImportFrom()) and self._creates_keras_objects(keras, statement):
+                return statement
+        return None
+
+    def _decline_keras3(self, keras: KerasFile) -> None:
+        use = keras.keras3_only[0]
+        where = self.ctx.positions[use].start
+        for compile_call in keras.compiles:
+            self.report(compile_call, "declined", f"`{owner_name(compile_call)}` trains with Keras' fit in a script "
+                        f"that uses Keras 3-only APIs ({keras.keras3_name(use)} at line {where.line}): tf-keras, with which "
+                        "fit runs under MultiWorkerMirroredStrategy, has none of them, and Keras 3's fit fails under "
+                        "the strategy (keras-team/keras#20585); the training is left as it is",
+                        "replace the Keras 3-only calls by tf.* ones (keras.ops.einsum -> tf.einsum, keras.random.normal "
+                        "-> tf.random.normal) and convert again, or write the training as a GradientTape loop, which "
+                        "dpmigrate converts with Keras 3")
 
     def _range(self, keras: KerasFile, compile_call: cst.Call, parallel_call: cst.Call | None):
         """(block, first index, last index) of the statements that build and compile the model."""

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import libcst as cst
-
 from ...codemod import patterns as m
 from ...codemod.rule import Rule
 from ._keras import KerasFile
 
-_DEVICES = {"tensorflow.device", "tensorflow.compat.v1.device"}
-_GRADIENTS = ("compute_gradients", "gradients", "minimize", "apply_gradients")
 _REPLACEMENT = (
     "the modern replacement is tf.distribute: port the graph to TF2 (a tf.function step, one model), build it "
     "under MirroredStrategy (one machine) or MultiWorkerMirroredStrategy (several), drop the tower loop and "
@@ -40,7 +36,7 @@ class Tf1Graph(Rule):
     def finish(self) -> None:
         keras = self.ctx.analysis(KerasFile)
         marker = self.q.first_use(self.vocabulary.markers("tf1-graph")) or self.ctx.module
-        replicated = [c for c in keras.calls_named("multi_gpu_model") if keras.is_multi_gpu_model(c)]
+        replicated = keras.multi_gpu
         for call in replicated:
             self.report(call, "declined", "multi_gpu_model on a TF1 graph (this Keras script builds a Session or uses "
                         "graph-mode TF): its one-machine replication has no automatic multi-worker form here, so the "
@@ -49,7 +45,7 @@ class Tf1Graph(Rule):
                         "with the strategy scope")
         if replicated:
             return
-        towers = [loop for loop in self.q.findall(self.ctx.module, m.For()) if self._is_tower_loop(loop)]
+        towers = keras.towers
         for loop in towers:
             self.report(loop, "declined", "in-graph tower loop (one model replica per GPU under tf.device, their "
                         "outputs or gradients combined in the graph): this TF1 script is already multi-GPU on one "
@@ -62,12 +58,3 @@ class Tf1Graph(Rule):
         self.report(where, "declined", "TF1 graph training (tf.compat.v1 / Session): no correct automatic multi-worker "
                     "conversion exists for it here, so the file is left unchanged", _REPLACEMENT + " (or, staying on "
                     "TF1, Horovod: hvd.DistributedOptimizer(opt) and hvd.BroadcastGlobalVariablesHook(0))")
-
-    def _is_tower_loop(self, loop: cst.For) -> bool:
-        devices = [w for w in self.q.findall(loop.body, m.With()) if any(
-            isinstance(i.item, cst.Call) and self.q.is_call_to(i.item, _DEVICES) for i in w.items)]
-        if not devices:
-            return False
-        calls = self.q.findall(loop.body, m.Call())
-        return any(isinstance(c.func, cst.Attribute) and c.func.attr.value in _GRADIENTS for c in calls) or any(
-            isinstance(c.func, cst.Name) for c in calls)
