@@ -27,6 +27,8 @@ def how(case: Path) -> str:
     if not spec_file.exists():
         return "not executed: **no execute.json**"
     spec = json.loads(spec_file.read_text())
+    if "not_executed" in spec:
+        return f"**not executed**: {spec['not_executed']}"
     if "own_test" in spec:
         return f"executed by `{spec['own_test']}`, and by verify"
     exemption = spec.get("verify")
