@@ -45,6 +45,7 @@ from .project import (
     imported_helpers,
     read_as_imported_helper,
     read_as_local_module,
+    seeded_families,
     training_hints,
 )
 from .report import Failure, FileResult, policy_line, render_json, render_text
@@ -188,9 +189,10 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
                 continue
             source = hint.source_beside(sources)
             # a helper's downloads are the script's to guard: it runs their calls under dp.main_process_first()
-            ignore = (*options.ignore, "download-main-process-first") if real in helpers else options.ignore
+            helper = {"ignore": (*options.ignore, "download-main-process-first"),
+                      "importer_seeds": seeded_families(hint.script)} if real in helpers else {}
             outcome = convert_path(hint.path, dataclasses.replace(options, returned_roles=hint.returned_roles(),
-                                                                  ignore=ignore))
+                                                                  **helper))
             if outcome.conversion is not None and real in helpers:
                 conversion = read_as_imported_helper(outcome.conversion, hint)
                 if conversion is None:

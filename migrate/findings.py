@@ -39,6 +39,9 @@ class Options:
     # "module.function" of local modules' functions that download, "module.Class" of their classes whose
     # construction does (pretrained weights in __init__): their calls run on the main process first
     downloading_functions: tuple[str, ...] = ()
+    # set when this file is a local module a converted training script imports: the random generators that
+    # script seeds ("python", "numpy", "framework"); its data sets' constructors then build training data
+    importer_seeds: tuple[str, ...] | None = None
 
     def runs(self, rule: str) -> bool:
         """Whether the rule named ``rule`` is to run under this selection."""

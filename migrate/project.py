@@ -12,6 +12,7 @@ file of it imports (``LocalModules.imported``: only their writes wait). Helpers 
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -152,3 +153,34 @@ def read_as_imported_helper(conversion: Conversion, hints: Hints) -> Conversion 
     finding = Finding(conversion.path, 1, 1, RULE, "note",
                       f"read as a local module of {hints.script}, which imports it: {done}")
     return dataclasses.replace(conversion, findings=(finding, *conversion.findings))
+
+
+_SEED_CALLS = {"manual_seed": ("framework",), "set_seed": ("python", "numpy", "framework"),  # transformers, accelerate
+               "seed_everything": ("python", "numpy", "framework"), "set_random_seed": ("python", "numpy", "framework")}
+
+
+def seeded_families(path: str) -> tuple[str, ...]:
+    """The random generators a script seeds anywhere (``torch.manual_seed``, ``np.random.seed``, ``random.seed``,
+    ``paddle.seed``, ``tf.random.set_seed``, ``seed_everything``...), read with :mod:`ast`: what its local
+    modules' data sets draw after that is the same on every rank."""
+    try:
+        with open(path, "rb") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        owner = ast.unparse(func.value) if isinstance(func, ast.Attribute) else ""
+        if name == "set_seed" and owner.endswith("random"):
+            found.add("framework")  # tf.random.set_seed: TensorFlow's generator alone
+        elif name in _SEED_CALLS:
+            found.update(_SEED_CALLS[name])
+        elif name == "seed" and owner.split(".")[-1] == "random":
+            found.add("numpy" if owner.split(".")[0] in ("np", "numpy") else "python")
+        elif name == "seed":
+            found.add("framework")  # paddle.seed(...)
+    return tuple(sorted(found))

@@ -332,3 +332,28 @@ def test_the_checkpoint_helper_project_trains_on_two_ranks_like_the_original(tmp
     assert data["verdict"] == "equivalent", explain(data)
     check = data["comparison"]["data"]
     assert check["observed"] > 0 and check["split"] == check["observed"], explain(data)
+
+
+def test_a_data_set_drawn_in_a_helper_module_is_shared_unless_the_script_seeds_it_first(tmp_path, capsys):
+    project = _copy("random_dataset_module", tmp_path / "p")
+    main([str(project / "main.py")])
+    assert "        self.pairs = dp.broadcast([(torch.rand(5), torch.rand(1)) for _ in range(count)])\n" in \
+        (project / "synth.py").read_text()
+    assert f"{project / 'synth.py'}:9:24: change shared-random-data" in capsys.readouterr().err
+    seeded = _copy("random_dataset_module", tmp_path / "s")
+    script = seeded / "main.py"
+    seed = ("    loader = DataLoader(", "    torch.manual_seed(0)\n    loader = DataLoader(")
+    script.write_text(script.read_text().replace(*seed))
+    synth = (seeded / "synth.py").read_bytes()
+    main([str(script)])
+    assert (seeded / "synth.py").read_bytes() == synth  # every rank draws the same after the seed: nothing to share
+    assert "synth.py" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_random_dataset_module_project_trains_on_two_ranks_like_the_original(tmp_path, monkeypatch):
+    project = _copy("random_dataset_module", tmp_path / "p")
+    data = verify(tmp_path, monkeypatch, project / "main.py", "--save", str(tmp_path / "j.pt"), steps="all")
+    assert data["verdict"] == "equivalent", explain(data)  # before: inputs-differ (each rank drew its own data set)
+    check = data["comparison"]["data"]
+    assert check["observed"] > 0 and check["split"] == check["observed"], explain(data)

@@ -37,7 +37,8 @@ class SharedRandomData(Rule):
               rows = []; for i in range(n): rows.append(random.random())  ->  ... then rows = dp.broadcast(rows)
     Also a data set class's ``__init__`` drawing its samples (``self.x = torch.randn(n, 8)``), a random split
     (``random_split(full, [500, 100])``) and an in-place shuffle of indices (``np.random.shuffle(order)``, then
-    ``order = dp.broadcast(order)``).
+    ``order = dp.broadcast(order)``). In a local module a converted script imports (``datautils.py`` with
+    ``MyTrainDataset``), only its data sets' constructors, unless the script seeds that generator first.
     Leaves alone: draws after a seed of their generator (every rank then draws the same), draws a training loop
     makes or calls (fresh data per step is what data parallelism splits), draws inside other classes (model
     initialisation, which the framework broadcasts), draws inside a ``with open(..., "w")`` block (its file
@@ -55,7 +56,8 @@ class SharedRandomData(Rule):
         self._done: set[int] = set()
 
     def finish(self) -> None:
-        if not self.q.is_training_script():
+        helper = self.ctx.options.importer_seeds  # a local module of a training script: its data sets only
+        if not self.q.is_training_script() and helper is None:
             return
         calls = list(self.q.index.of_type(self.ctx.module, cst.Call))  # in source order
         seeds = [(i, family, self.q.function_of(c)) for i, c in enumerate(calls) for family in self._families_seeded(c)]
@@ -63,6 +65,9 @@ class SharedRandomData(Rule):
             family = self._family(call)
             if family is None or self._seeded_before(i, family, self.q.function_of(call), seeds):
                 continue
+            function = self.q.function_of(call)
+            if helper is not None and (family in helper or function is None or self._dataset_of(function) is None):
+                continue  # the script seeds it before building the data set, or not a data set's constructor
             if self._drawn_once(call):
                 self._share(call)
 
