@@ -6,7 +6,7 @@ import libcst as cst
 
 from ...codemod import flow
 from ...codemod import patterns as m
-from ...codemod.calls import argument
+from ...codemod.calls import appended, argument
 from ...codemod.rule import Rule
 from ._keras import KerasFile, owner_name
 
@@ -121,9 +121,9 @@ class KerasFit(Rule):
             return
         if site is None:  # NumPy input and no batch_size: Keras' default of 32
             self.ctx.plan.needs_runtime_import = True
-            self.ctx.plan.replace(call, lambda updated: updated.with_changes(args=_appended(updated.args, cst.Arg(
+            self.ctx.plan.replace(call, lambda updated: appended(updated, cst.Arg(
                 cst.parse_expression(f"{_NUMPY_DEFAULT_BATCH} * {self.ctx.alias}.world_size()"),
-                keyword=cst.Name("batch_size"), equal=_EQUAL))))
+                keyword=cst.Name("batch_size"), equal=_EQUAL)))
             self.report(call, "change", "per-device batch: batch_size=32 (Keras' default) * dp.world_size() is the "
                         "global batch, 32 per worker", effect="shard")
             return
@@ -162,9 +162,9 @@ class KerasFit(Rule):
             return
         if site is None:  # Keras' default of 32
             self.ctx.plan.needs_runtime_import = True
-            self.ctx.plan.replace(factory, lambda updated: updated.with_changes(args=_appended(updated.args, cst.Arg(
+            self.ctx.plan.replace(factory, lambda updated: appended(updated, cst.Arg(
                 cst.parse_expression(f"{_NUMPY_DEFAULT_BATCH} * {self.ctx.alias}.world_size()"),
-                keyword=cst.Name("batch_size"), equal=_EQUAL))))
+                keyword=cst.Name("batch_size"), equal=_EQUAL)))
             self.report(factory, "change", f"per-device batch: {name}(batch_size=32 (its default) * dp.world_size()) "
                         "is the global batch, 32 per worker", effect="shard")
         else:
@@ -277,28 +277,13 @@ class KerasFit(Rule):
                 f"{self.code(given.value)} if {chief} else 0")))
         else:
             default = '"auto"'
-            self.ctx.plan.replace(call, lambda updated: updated.with_changes(args=_appended(updated.args, cst.Arg(
-                cst.parse_expression(f"{default} if {chief} else 0"), keyword=cst.Name("verbose"), equal=_EQUAL))))
+            self.ctx.plan.replace(call, lambda updated: appended(updated, cst.Arg(
+                cst.parse_expression(f"{default} if {chief} else 0"), keyword=cst.Name("verbose"), equal=_EQUAL)))
         self.ctx.plan.needs_runtime_import = True
         self.report(call, "change", f"{method}(verbose=...) only on the chief: the other workers print no progress")
 
 
 _EQUAL = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
-
-
-def _appended(args, new: cst.Arg) -> list[cst.Arg]:
-    """``args`` and ``new`` after them, laid out as the call was (one line, or one argument a line
-    with a trailing comma)."""
-    args = list(args)
-    if not args:
-        return [new]
-    last = args[-1]
-    if last.comma is cst.MaybeSentinel.DEFAULT:
-        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        return [*args, new]
-    between = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else last.comma
-    args[-1] = last.with_changes(comma=between)
-    return [*args, new.with_changes(comma=last.comma)]
 
 
 def _parenthesized(value: cst.BaseExpression) -> cst.BaseExpression:
