@@ -152,6 +152,23 @@ def test_an_optimizer_nothing_speaks_about_is_declined():
     assert [f.line for f in coverage] == [10] and "`optimizer` steps here" in coverage[0].message
 
 
+def test_a_parameter_that_shadows_an_imported_module_is_traced_to_its_callers():
+    result = convert_text("""
+        import torch
+        import torch.optim as opt
+        def train(model, loader, opt):
+            for x in loader:
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+        model = torch.nn.Linear(3, 1)
+        sgd = opt.SGD(model.parameters(), lr=0.1)
+        train(model, torch.utils.data.DataLoader(range(8), batch_size=2), sgd)
+    """)
+    assert "sgd = dp.distributed_optimizer(opt.SGD(" in result.output.decode()
+    assert not [f for f in result.findings if f.rule == selfcheck.COVERAGE_RULE]  # `opt` in train is sgd, wrapped
+
+
 def test_a_loop_whose_loader_is_sharded_is_covered():
     result = convert_text(SCRIPT.replace('log("done")\n', ""))
     assert not [f for f in result.findings if f.rule == selfcheck.COVERAGE_RULE]

@@ -196,8 +196,8 @@ class _Coverage:
         q = self.q
         function = q.function_of(where)
         for name in names:
-            if name in self._imported():
-                continue  # a module or a function: not data
+            if name in self._imported() and (function is None or _parameter_index(function, name) is None):
+                continue  # a module or a function: not data (unless a parameter shadows it: `def train(opt)`)
             definitions = self._assignments(name, function)
             if not definitions:
                 parameter = _parameter_index(function, name) if function is not None else None
