@@ -6,8 +6,11 @@ depending on the model rule having run.
 
 A model is what an optimizer (the vocabulary's optimizers, ``torch.optim.*``, by qualified name, or
 anything else handed ``.parameters()``) takes the parameters of, or whose ``.parameters()`` a training function updates
-by hand. It is ready after the last statement that assigns it or calls one of its methods, before
-the first loop or training call of the block that builds it.
+by hand. It is followed by binding (:mod:`.bindings`), not by name, so each construction an optimizer
+trains is wrapped once (``model = Net()`` built and trained twice: both; a parameter ``model``: where each
+caller builds what it passes). It is ready after its set-up: the last statement, from the one binding it,
+that assigns it or calls one of its methods, before the first loop or training call of the block that
+builds it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Literal
 import libcst as cst
 
 from . import patterns as m
+from .bindings import Bindings, parameters_of
 from .flow import attribute_assigned_from, method, parameter_for, receiver, returned_at
 from .query import (
     Query,
@@ -45,6 +49,7 @@ class Models:
     def __init__(self, ctx) -> None:
         self.q: Query = ctx.query
         self.module = ctx.module
+        self.bindings = ctx.analysis(Bindings)
         self.sites: list[ModelSite] = []
         done: set[tuple[int, str]] = set()
         for site, name in self._model_sites():
@@ -65,19 +70,28 @@ class Models:
                       or (id(self.q.function_of(f.site)), f.name) not in closure]
 
     def _variable_site(self, site: cst.CSTNode, name: str) -> ModelSite:
-        scope = self._binding_scope(name, site)
-        if scope is None:
-            return ModelSite(site, name, "elsewhere")
+        """Wrapped after the set-up of the binding ``site`` reads; by name where that binding cannot be told."""
+        binding = self.bindings.reaching(site, name)
+        holder = None
+        if binding is not None:
+            scope = self.q.function_of(binding) or self.module
+            holder = _top_statement(self.q, scope, binding)
+        else:
+            scope = self._binding_scope(name, site)
+            if scope is None:
+                return ModelSite(site, name, "elsewhere")
         if isinstance(scope, cst.FunctionDef) and returned_at(self.q, scope, name) is not None:
             return self._returned_site(site, scope, name)
-        return self._wrap_in(site, scope, name)
+        return self._wrap_in(site, scope, name, holder)
 
-    def _wrap_in(self, site: cst.CSTNode, scope: cst.CSTNode, name: str) -> ModelSite:
-        """Wrapped where ``scope`` sets it up, or, when handed to a class that keeps and trains it, there."""
+    def _wrap_in(self, site: cst.CSTNode, scope: cst.CSTNode, name: str,
+                 holder: cst.BaseStatement | None = None) -> ModelSite:
+        """Wrapped where ``scope`` sets it up (from ``holder``, the statement of ``scope`` binding it; None: its
+        first), or, when handed to a class that keeps and trains it, there."""
         kept = self._kept_by_class(scope, name)
         if kept is not None:
             return kept
-        anchor = self._anchor(scope, name)
+        anchor = self._anchor(scope, name, holder)
         return ModelSite(site, name, "wrap" if anchor is not None else "inside", anchor)
 
     def _returned_site(self, site: cst.CSTNode, factory: cst.FunctionDef, name: str) -> ModelSite:
@@ -138,7 +152,19 @@ class Models:
         return [s.name for s in self.sites if s.verdict == "wrap"]
 
     def _model_sites(self):
-        """(node, model name) for every optimizer and every hand-written parameter update."""
+        """(node, model name) for every optimizer and every hand-written parameter update; a model that is a
+        parameter of the function training it is followed to each caller: (the call, the caller's name)."""
+        for site, name in self._training_sites():
+            function = self.q.function_of(site)
+            if function is not None and name in parameters_of(function) and not any(
+                    name in self.q.assigned_names(s) for s in body_statements(function)):
+                passed = self.bindings.passed_by_callers(function, name)
+                if passed:
+                    yield from passed  # wrapped where each caller set it up
+                    continue
+            yield site, name
+
+    def _training_sites(self):
         parameters = parameter_call(self.q)
         for call in self.q.findall(self.module, m.Call()):
             # torch optimizers, and anything else handed a model's parameters (a hand-written
@@ -169,21 +195,30 @@ class Models:
             return self.module
         return None
 
-    def _anchor(self, scope: cst.CSTNode, name: str) -> cst.BaseStatement | None:
+    def _anchor(self, scope: cst.CSTNode, name: str,
+                holder: cst.BaseStatement | None = None) -> cst.BaseStatement | None:
         """The statement to wrap after, or None when the model is built and trained inside one block.
 
-        A block that builds the model and also trains it (``if __name__ == "__main__":`` holding the
-        whole script, ``with ...:``) is entered, so the wrap lands before the training in it; any
-        other such block (``if``/``for``/``try``) is declined: wrapping after it would be too late.
+        ``holder`` is the statement of ``scope`` that binds the model (None: the first that assigns it). A
+        block that builds the model and also trains it (``if __name__ == "__main__":`` holding the whole
+        script, ``with ...:``) is entered, so the wrap lands before the training in it; any other such
+        block (``if``/``for``/``try``) is declined: wrapping after it would be too late.
         """
         statements = list(body_statements(scope))
-        created = next(i for i, s in enumerate(statements) if name in self.q.assigned_names(s))
-        holder = statements[created]
+        if holder is None:
+            holder = next((s for s in statements if name in self.q.assigned_names(s)), None)
+            if holder is None:  # bound by the block itself (``with Net() as model:``) and trained in it
+                return None
+        created = statements.index(holder)
         if not isinstance(holder, (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef)) and self.q.trains(holder):
             enterable = isinstance(holder, cst.With) or (isinstance(holder, cst.If) and is_main_guard(holder))
             if not enterable or not isinstance(holder.body, cst.IndentedBlock):
                 return None
-            return self._anchor(holder, name)
+            function = self.q.function_of(holder) or self.module
+            inner = [s for s in self.bindings.statements(function, name)
+                     if s is not holder and self.q.index.contains(holder, s)]
+            nested = _top_statement(self.q, holder, inner[-1]) if inner else None
+            return self._anchor(holder, name, nested)
         stop = len(statements)
         for index in range(created + 1, len(statements)):
             statement = statements[index]
@@ -194,6 +229,11 @@ class Models:
                 break
         set_up = [i for i in range(created, stop) if _sets_up(self.q, statements[i], name)]
         return statements[max(set_up, default=created)]
+
+
+def _top_statement(query: Query, scope: cst.CSTNode, node: cst.CSTNode) -> cst.BaseStatement | None:
+    """The statement of ``scope``'s own body that holds ``node``."""
+    return next((s for s in body_statements(scope) if query.index.contains(s, node)), None)
 
 
 def _sets_up(query: Query, statement: cst.CSTNode, name: str) -> bool:

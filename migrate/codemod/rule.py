@@ -11,6 +11,7 @@ with ``ctx.analysis(Kind)``: no rule depends on another having run, so one rule 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, ClassVar, TypeVar
 
 import libcst as cst
@@ -74,6 +75,16 @@ class Context:
             self._analyses[kind] = kind(self)
         return self._analyses[kind]
 
+    def in_alias(self, text: str | None) -> str | None:
+        """A finding's ``text``, written with ``dp.``, naming the runtime by the file's alias (see :func:`aliased`).
+
+        Why: a file that already uses the name ``dp`` gets the runtime as ``dpr`` (or ``dp_runtime``...); a report
+        written with ``dp.`` would tell the user to call ``dp.barrier()`` where ``dp`` is something else. A file that
+        imports the runtime already (a converted one) is left as written: its ``dp`` is the runtime."""
+        if not text or self.alias == "dp" or self.query.index.possible({self.vocabulary.runtime_module}):
+            return text
+        return aliased(text, self.alias, self.printed.code)
+
     def config(self) -> cst.PartialParserConfig:
         """The file's newline and indentation for new code (a form feed in an indent is layout only)."""
         indent = self.module.default_indent.replace("\f", "") or "    "
@@ -122,8 +133,11 @@ class Rule(cst.CSTVisitor):
     def report(self, node: cst.CSTNode, severity: Severity, message: str, fix: str | None = None,
                effect: str | None = None) -> None:
         """A finding at ``node``; ``effect`` says what a change does to the training (see :class:`Finding`): the
-        summary line states the batch and learning-rate policy only as far as changes applied it."""
+        summary line states the batch and learning-rate policy only as far as changes applied it.
+
+        Messages are written with ``dp.``; the finding names the runtime as the file binds it (:meth:`Context.in_alias`)."""
         start = self.ctx.positions[node].start
+        message, fix = self.ctx.in_alias(message), self.ctx.in_alias(fix)
         self.ctx.findings.append(
             Finding(self.ctx.path, start.line, start.column + 1, self.name, severity, message, fix, effect)
         )
@@ -151,3 +165,25 @@ class Rule(cst.CSTVisitor):
 
     def code(self, node: cst.CSTNode) -> str:
         return self.ctx.module.code_for_node(node)
+
+
+_DP = re.compile(r"(?<![\w.])dp\.")
+_QUOTED = re.compile(r"(`[^`]*`)")
+
+
+def aliased(text: str, alias: str, source: str) -> str:
+    """``text`` with the runtime's ``dp.`` written ``alias.``, except in backquoted quotes of the user's code.
+
+    Why: the report must not tell the user to call ``dp.barrier()`` in a file where ``dp`` is the user's own
+    name. A backquoted span quotes either the file (its ``dp`` is the user's, left as written) or code the rule
+    suggests (a fix's ``model = dp.distributed_model(model)``, rewritten): a span is the file's when each of its
+    parts around an elision (``...``) is text of ``source``.
+    """
+    parts = _QUOTED.split(text)
+    for index, part in enumerate(parts):
+        if "dp." not in part:
+            continue
+        if part.startswith("`") and all(p in source for p in part[1:-1].split("...") if p.strip()):
+            continue
+        parts[index] = _DP.sub(f"{alias}.", part)
+    return "".join(parts)

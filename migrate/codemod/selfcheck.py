@@ -160,7 +160,8 @@ class _Coverage:
 
     def finding(self, node: cst.CSTNode, severity: str, message: str, fix: str) -> Finding:
         start = self.ctx.positions[node].start
-        return Finding(self.ctx.path, start.line, start.column + 1, COVERAGE_RULE, severity, message, fix)
+        return Finding(self.ctx.path, start.line, start.column + 1, COVERAGE_RULE, severity,
+                       self.ctx.in_alias(message), self.ctx.in_alias(fix))
 
     def _inside(self, node: cst.CSTNode) -> bool:
         where = self.ctx.positions[node]

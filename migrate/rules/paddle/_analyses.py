@@ -18,10 +18,10 @@ import dataclasses
 
 import libcst as cst
 
+from ...codemod.bindings import Bindings
 from ...codemod.calls import argument
 from ...codemod.loaders import Loader, LoaderFlow, own_sampling
 from ...codemod.query import Query, parameter_owners
-from ._bindings import reaching, reachings
 
 HIGH_LEVEL_MODEL = {"paddle.Model", "paddle.hapi.Model", "paddle.hapi.model.Model"}
 
@@ -62,7 +62,7 @@ class HighLevelModels:
             network = argument(call, 0, "network")
             if network is not None and isinstance(network.value, cst.Name):
                 self.networks.add(network.value.value)
-                bound = reaching(ctx, call, network.value.value)
+                bound = ctx.analysis(Bindings).reaching(call, network.value.value)
                 if bound is not None:
                     self._network_bindings.add(id(bound))
             statement = q.statement_of(call)
@@ -86,7 +86,7 @@ class HighLevelModels:
         told, by name, as before."""
         if name not in self.names and not (networks and name in self.networks):
             return False
-        bound = reachings(self.ctx, node, name)
+        bound = self.ctx.analysis(Bindings).reachings(node, name)
         if bound is None:
             return True
         return any(id(b) in self._bindings or (networks and id(b) in self._network_bindings) for b in bound)
@@ -102,7 +102,7 @@ class HighLevelModels:
             arg = argument(found.call, 0, "optimizer")
             if arg is not None and isinstance(arg.value, cst.Name):
                 names.add(arg.value.value)
-                bound = reaching(self.ctx, found.call, arg.value.value)
+                bound = self.ctx.analysis(Bindings).reaching(found.call, arg.value.value)
                 if bound is not None:
                     bindings.add(id(bound))
         return names, bindings

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from ...codemod.models import Models
 from ...codemod.rule import Rule
 from ._analyses import HighLevelModels
-from ._bindings import BoundModels
-from ._messages import AliasedReports
 
 
-class PaddleDistributedModel(AliasedReports, Rule):
+class PaddleDistributedModel(Rule):
     """Insert ``model = dp.distributed_model(model)`` after the model's last set-up statement.
 
     Why: ``fleet.distributed_model`` (a ``paddle.DataParallel``) averages the gradients of all ranks
@@ -20,7 +19,7 @@ class PaddleDistributedModel(AliasedReports, Rule):
     A model is what a ``paddle.optimizer.*`` takes the ``parameters=`` of (the same analysis as the
     torch rule: factories, ``__main__`` blocks, trainer classes keeping it in ``self.model``), followed by
     binding: a name rebuilt with a new model (``model = Net()`` again) or reused for a plain Layer after a
-    ``paddle.Model`` is wrapped at each construction an optimizer trains (``_bindings.py``).
+    ``paddle.Model`` is wrapped at each construction an optimizer trains (``codemod/bindings.py``).
     Leaves alone: a network handed to ``paddle.Model(...)`` (the high-level API wraps it itself in
     ``prepare``: wrapping it twice is wrong); a model built in another function than the one that
     trains it, or built and trained inside one ``if``/loop/``try`` (declined, with the fix);
@@ -32,7 +31,7 @@ class PaddleDistributedModel(AliasedReports, Rule):
 
     def finish(self) -> None:
         high_level = self.ctx.analysis(HighLevelModels)
-        for found in self.ctx.analysis(BoundModels).sites:
+        for found in self.ctx.analysis(Models).sites:
             name, site = found.name, found.site
             if high_level.holds(site, name):
                 continue  # paddle.Model(network).prepare(...) wraps it in DataParallel itself

@@ -9,10 +9,9 @@ from ...codemod.calls import argument
 from ...codemod.query import optimizer_class
 from ...codemod.rule import Rule
 from ._analyses import HighLevelModels
-from ._messages import AliasedReports
 
 
-class PaddleDistributedOptimizer(AliasedReports, Rule):
+class PaddleDistributedOptimizer(Rule):
     """Wrap ``paddle.optimizer.*(parameters=...)`` in ``dp.distributed_optimizer(...)``.
 
     Why: ``fleet.distributed_optimizer`` applies the job's ``Strategy`` (gradient merge, AMP...) and

@@ -5,16 +5,15 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod.calls import argument
+from ...codemod.models import Models
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
-from ._bindings import BoundModels
-from ._messages import AliasedReports
 from .graph_mode import stands_down
 
 JIT_SAVE = {"paddle.jit.save", "paddle.jit.api.save"}
 
 
-class PaddleDistributedSave(AliasedReports, Rule):
+class PaddleDistributedSave(Rule):
     """Replace ``paddle.save(obj, path)`` with ``dp.save(obj, path)``; export ``paddle.jit.save`` once.
 
     Why: launched on N processes, every rank would write the same file at once (a torn checkpoint).
@@ -63,7 +62,7 @@ class PaddleDistributedSave(AliasedReports, Rule):
         if self._guarded(node, "paddle.save"):
             return
         saved = argument(node, 0, "obj")
-        wrapped = set(self.ctx.analysis(BoundModels).wrapped)
+        wrapped = set(self.ctx.analysis(Models).wrapped)
         if saved is not None and _names_a_model(saved.value, wrapped):
             self.report(node, "declined",
                         f"paddle.save pickles the Layer object `{self.code(saved.value)}`; once converted it is the "
@@ -84,7 +83,7 @@ class PaddleDistributedSave(AliasedReports, Rule):
                         f"export it in a statement of its own under `if {self.ctx.alias}.is_main_process():`, then dp.barrier()")
             return
         layer = argument(node, 0, "layer")
-        wrapped = set(self.ctx.analysis(BoundModels).wrapped)
+        wrapped = set(self.ctx.analysis(Models).wrapped)
         if layer is not None and isinstance(layer.value, cst.Name) and layer.value.value in wrapped:
             self.ctx.plan.replace(layer, lambda updated: updated.with_changes(value=self.dp_call("unwrap", updated.value)))
         self.ctx.plan.group([statement], self._main_process_only)

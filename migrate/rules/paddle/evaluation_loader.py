@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from ..common.evaluation_loader import EvaluationLoader
-from ._messages import AliasedReports
 
 
-class PaddleEvaluationLoader(AliasedReports, EvaluationLoader):
+class PaddleEvaluationLoader(EvaluationLoader):
     """Shard an evaluation ``paddle.io.DataLoader`` with ``evaluation=True`` and all-reduce its sums.
 
     Why: evaluating the whole set on every rank is correct but does N times the work; sharded without

@@ -8,7 +8,6 @@ import libcst as cst
 
 from ...codemod import patterns as m
 from ...codemod.rule import Rule
-from ._messages import AliasedReports
 from .fluid_data import chosen_on_a_condition, first_trainer_only, split_readers
 from .static_common import (
     CPU_PLACES,
@@ -49,7 +48,7 @@ class _Strategies:
     compiled: list[cst.Assign] = dataclasses.field(default_factory=list)  # `train_prog = CompiledProgram(...)...`
 
 
-class FluidFleet(AliasedReports, Rule):
+class FluidFleet(Rule):
     """Convert a single-card fluid 1.x static-graph script as the seed's ``train_with_fleet.py`` does.
 
     Why: Paddle's own four steps for fluid (seed 001): import Fleet and the role maker; define the

@@ -8,10 +8,9 @@ from ...codemod.calls import argument
 from ...codemod.loaders import LoaderFlow
 from ..common.global_batch_size import GlobalBatchSize
 from ._analyses import TRAINING_DATA, HighLevelModels, training_loaders
-from ._messages import AliasedReports
 
 
-class PaddleGlobalBatchSize(AliasedReports, GlobalBatchSize):
+class PaddleGlobalBatchSize(GlobalBatchSize):
     """Rewrite a training batch size B to ``dp.per_rank_batch_size(B)`` (``--batch global``).
 
     Why: by default (``--batch per-device``) each rank keeps B, so the global batch grows N times. With

@@ -18,7 +18,6 @@ from ...codemod.calls import argument
 from ...codemod.query import is_main_guard, optimizer_class
 from ...codemod.rule import Rule
 from ._analyses import HIGH_LEVEL_MODEL
-from ._messages import AliasedReports
 from .static_common import executor_runs, minimize_calls
 
 SWITCHES = frozenset({"paddle.enable_static", "paddle.framework.enable_static", "paddle.base.framework.enable_static"})
@@ -70,7 +69,7 @@ class GraphModes:
         return None
 
 
-class PaddleGraphMode(AliasedReports, Rule):
+class PaddleGraphMode(Rule):
     """Say which mode was converted when a file switches modes, and convert nothing when it trains in both.
 
     Why: a dygraph file that calls ``paddle.enable_static()`` only under an option is converted as the dygraph

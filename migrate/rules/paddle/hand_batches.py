@@ -5,11 +5,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod.rule import Rule
-from ._messages import AliasedReports
 from .static_common import simple_assignments
 
 
-class PaddleHandBatches(AliasedReports, Rule):
+class PaddleHandBatches(Rule):
     """Decline a function of a local module whose result a script trains on, when it is not a DataLoader.
 
     Why: the script's conversion hands this module the functions whose results its training loop reads

@@ -5,16 +5,15 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod.calls import argument
+from ...codemod.models import Models
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
 from ._analyses import HighLevelModels
-from ._bindings import BoundModels
-from ._messages import AliasedReports
 
 SUMMARIES = frozenset({"paddle.summary", "paddle.hapi.summary", "paddle.hapi.model_summary.summary"})
 
 
-class PaddleHighLevelApi(AliasedReports, Rule):
+class PaddleHighLevelApi(Rule):
     """Report what ``paddle.Model`` does by itself under a launcher, and wait before a reload.
 
     Why: measured with Paddle 3.3.1 on 2 gloo ranks: once ``dp.init()`` has joined the job, ``prepare``
@@ -45,7 +44,7 @@ class PaddleHighLevelApi(AliasedReports, Rule):
                         "are not wrapped again", effect="shard")
         for summary in high_level.of("summary"):
             self._main_process_only(summary.call)
-        wrapped = set(self.ctx.analysis(BoundModels).wrapped)
+        wrapped = set(self.ctx.analysis(Models).wrapped)
         for call in self.q.index.of_type(self.ctx.module, cst.Call):
             if self.q.is_call_to(call, SUMMARIES):  # paddle.summary(net, input_size): the same table, as a function
                 layer = argument(call, 0, "net")

@@ -7,7 +7,6 @@ import libcst as cst
 from ...codemod.calls import argument
 from ...codemod.rule import Rule
 from ._analyses import HighLevelModels
-from ._messages import AliasedReports
 
 _CALLBACKS = {  # callbacks deciding on a monitored figure, and where the monitor is given
     "EarlyStopping": (0, "monitor"), "ReduceLROnPlateau": (0, "monitor"),
@@ -15,10 +14,10 @@ _CALLBACKS = {  # callbacks deciding on a monitored figure, and where the monito
 _PREFIXES = ("paddle.callbacks.", "paddle.hapi.callbacks.")
 
 
-class PaddleHighLevelChecks(AliasedReports, Rule):
+class PaddleHighLevelChecks(Rule):
     """Decline a ``paddle.Model`` set-up that trains differently on N ranks: a summed loss, a callback on the loss.
 
-    Why (measured with Paddle 3.3.1 under a launcher): ``evaluate`` returns each rank's own loss (the metrics are
+    Why: (measured with Paddle 3.3.1 under a launcher) ``evaluate`` returns each rank's own loss (the metrics are
     gathered over the ranks), so ``EarlyStopping('loss')`` / ``ReduceLROnPlateau('loss')`` decide per rank: one
     rank stops (or lowers its rate) while the others go on, and the job hangs in the next step (or the ranks
     train with different rates). And ``prepare(loss=CrossEntropyLoss(reduction="sum"))`` under ``--batch global``

@@ -6,7 +6,6 @@ import libcst as cst
 
 from ...codemod import patterns as m
 from ...codemod.rule import Rule
-from ._messages import AliasedReports
 from .static_common import minimize_calls
 
 _PARALLEL_DO = ("paddle.fluid.layers.ParallelDo", "paddle.fluid.layers.parallel_do",
@@ -47,7 +46,7 @@ _DYGRAPH_FIX = ("port it to Paddle 2.x dygraph: paddle.distributed.init_parallel
                 "dpmigrate convert it (dp.distributed_model)")
 
 
-class LegacyParallel(AliasedReports, Rule):
+class LegacyParallel(Rule):
     """Report ``ParallelDo``/``parallel_do``, ``ParallelExecutor`` and fluid dygraph's ``prepare_context`` +
     ``DataParallel`` with what replaced them.
 

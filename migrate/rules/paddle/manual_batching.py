@@ -8,13 +8,12 @@ from ...codemod import patterns as m
 from ...codemod.loaders import LoaderFlow
 from ...codemod.rule import Rule
 from ..common.shared_random_data import NUMPY_DRAWS, PYTHON_DRAWS
-from ._messages import AliasedReports
 
 _SHUFFLES = frozenset({"numpy.random.shuffle", "numpy.random.permutation", "random.shuffle", "paddle.randperm"})
 _SEEDS = frozenset({"numpy.random.seed", "random.seed", "paddle.seed"})
 
 
-class PaddleManualBatching(AliasedReports, Rule):
+class PaddleManualBatching(Rule):
     """Report a training loop that slices its batches from arrays in memory (the Paddle course's house-price loop).
 
     Why: with no DataLoader there is nothing to shard. Each rank reads all the data: when every rank cuts the same

@@ -7,13 +7,12 @@ import libcst as cst
 from ...codemod.flow import method
 from ...codemod.rule import Rule
 from ..common.shared_random_data import NUMPY_DRAWS, PYTHON_DRAWS
-from ._messages import AliasedReports
 
 DATASETS = ("paddle.io.Dataset", "paddle.io.dataset.Dataset", "paddle.io.IterableDataset")
 _SEEDS = {"numpy.random.seed": "numpy", "random.seed": "python", "paddle.seed": "paddle", "paddle.framework.seed": "paddle"}
 
 
-class PaddleRandomSamples(AliasedReports, Rule):
+class PaddleRandomSamples(Rule):
     """Note a ``paddle.io.Dataset`` whose ``__getitem__`` ignores its index and draws from a global generator.
 
     Why: ``np.random.seed(100)`` runs on every rank, so every rank draws the same sequence; the sampler gives the

@@ -7,7 +7,6 @@ import libcst as cst
 from ...codemod import patterns as m
 from ...codemod.calls import argument
 from ...codemod.rule import Rule
-from ._messages import AliasedReports
 
 SET_DEVICE = {"paddle.set_device", "paddle.device.set_device"}
 CUDA_PLACE = {"paddle.CUDAPlace", "paddle.base.core.CUDAPlace"}
@@ -21,7 +20,7 @@ def gpu_string(node: cst.CSTNode | None) -> bool:
     return isinstance(value, str) and (value == "gpu" or value.startswith("gpu:"))
 
 
-class PaddleRankDevice(AliasedReports, Rule):
+class PaddleRankDevice(Rule):
     """Replace hard-coded GPU cards with this rank's: ``paddle.set_device(dp.device())``.
 
     Why: launched on N processes, ``paddle.set_device("gpu:0")`` and ``paddle.CUDAPlace(0)`` put every

@@ -7,7 +7,6 @@ import libcst as cst
 from ...codemod import patterns as m
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
-from ._messages import AliasedReports
 from .distributed_save import JIT_SAVE
 from .graph_mode import stands_down
 from .static_save import _SAVES as STATIC_SAVES
@@ -15,7 +14,7 @@ from .static_save import _SAVES as STATIC_SAVES
 _LOOPS = (cst.For, cst.While)
 
 
-class PaddleSaveCondition(AliasedReports, Rule):
+class PaddleSaveCondition(Rule):
     """Make the test of an ``if`` that guards a save agree on every rank, or report it as an error.
 
     Why: once converted, a save is a meeting point (``dp.save`` and the barrier after a main-process

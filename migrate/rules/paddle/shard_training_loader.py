@@ -5,10 +5,9 @@ from __future__ import annotations
 from ...codemod.loaders import LoaderFlow, own_sampling
 from ...codemod.rule import Rule
 from ._analyses import EVALUATION_DATA, TRAINING_DATA, HighLevelModels
-from ._messages import AliasedReports
 
 
-class PaddleShardTrainingLoader(AliasedReports, Rule):
+class PaddleShardTrainingLoader(Rule):
     """Wrap training DataLoaders in ``dp.distributed_loader(...)``.
 
     Why: without a ``DistributedBatchSampler`` every rank trains on the whole dataset. The runtime

@@ -5,11 +5,10 @@ from __future__ import annotations
 from ...codemod.calls import argument
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
-from ._messages import AliasedReports
 from .static_common import executor_runs, program_kind, simple_assignments
 
 
-class StaticRankDivergence(AliasedReports, Rule):
+class StaticRankDivergence(Rule):
     """Report ``exe.run`` of the training program under a rank condition, as ``rank-divergent-code`` does
     for the framework's collectives.
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod.rule import Rule
-from ._messages import AliasedReports
 from .graph_mode import stands_down
 from .static_loader import feeding_loader, training_runs
 from .static_optimizer import minimized
@@ -15,7 +14,7 @@ _SHUFFLES = frozenset({"random.shuffle", "numpy.random.shuffle", "numpy.random.p
                        "paddle.fluid.io.shuffle", "paddle.reader.decorator.shuffle"})
 
 
-class StaticFeedShard(AliasedReports, Rule):
+class StaticFeedShard(Rule):
     """Under ``--batch global``, wrap each array fed to the training program in ``dp.shard(...)``.
 
     Why: a static-graph script batches by hand and feeds ``exe.run(feed={...})``; every rank would

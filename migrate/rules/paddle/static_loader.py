@@ -7,7 +7,6 @@ import libcst as cst
 from ...codemod import patterns as m
 from ...codemod.calls import argument
 from ...codemod.rule import Rule
-from ._messages import AliasedReports
 from .graph_mode import stands_down
 from .static_common import executor_runs, program_kind, simple_assignments
 
@@ -66,7 +65,7 @@ def _loader_of(q, iterable: cst.BaseExpression) -> cst.Call | None:
     return None
 
 
-class StaticLoaderShard(AliasedReports, Rule):
+class StaticLoaderShard(Rule):
     """Shard the ``paddle.io.DataLoader`` a static-graph training loop feeds from: ``dp.distributed_loader(...)``.
 
     Why: in static graph mode a DataLoader yields ``DenseTensor``s, which ``dp.shard`` of every fed array would
@@ -115,7 +114,7 @@ class StaticLoaderShard(AliasedReports, Rule):
                         effect="split-batch")
 
 
-class StaticBatchDimension(AliasedReports, Rule):
+class StaticBatchDimension(Rule):
     """Under ``--batch global``, a ``paddle.static.data`` fixed to the batch size takes the per-rank batch.
 
     Why: each rank now feeds ``B / N`` rows, and the executor refuses a feed whose shape differs from a fixed

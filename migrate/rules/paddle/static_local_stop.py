@@ -6,12 +6,11 @@ import libcst as cst
 
 from ...codemod.ranks import RankAnalysis
 from ..common.local_stop import LocalStop, _AllRanks
-from ._messages import AliasedReports
 from .graph_mode import stands_down
 from .static_common import executor_runs, minimize_calls, program_kind, simple_assignments
 
 
-class StaticLocalStop(AliasedReports, LocalStop):
+class StaticLocalStop(LocalStop):
     """Make a ``break`` out of a loop that runs the training program, decided by a value the loop computes, agree.
 
     Why: the shared ``local-stop`` knows a training loop by its ``backward()``; a static-graph loop trains by

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...codemod.bindings import Bindings, value_of
 from ...codemod.rule import Rule
-from ._bindings import reaching, value_of
-from ._messages import AliasedReports
 from .graph_mode import stands_down
 from .static_common import minimize_calls, simple_assignments
 
 
-class StaticDistributedOptimizer(AliasedReports, Rule):
+class StaticDistributedOptimizer(Rule):
     """Wrap the optimizer a static-graph script calls ``minimize`` on in ``dp.distributed_optimizer(...)``.
 
     Why: in static graph mode the gradients are averaged by ops that ``minimize`` writes into the main
@@ -68,7 +67,7 @@ def _reaching(ctx, call: cst.Call, name: str, assigned) -> cst.BaseExpression | 
     assigns = assigned.get(name, ())
     if len(assigns) == 1:
         return assigns[0].value
-    statement = reaching(ctx, call, name)
+    statement = ctx.analysis(Bindings).reaching(call, name)
     value = value_of(statement, name)
     if value is None or q.block_of(statement) is not q.block_of(_top(q, call, statement)):
         return None

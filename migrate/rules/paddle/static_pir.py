@@ -6,10 +6,9 @@ import libcst as cst
 
 from ...codemod import patterns as m
 from ...codemod.rule import Rule
-from ._messages import AliasedReports
 
 
-class StaticPir(AliasedReports, Rule):
+class StaticPir(Rule):
     """Report ``program.clone(for_test=True)``: under PIR it raises ``TypeError`` (measured, Paddle 3.3.1).
 
     Why: PIR's ``Program.clone`` takes no ``for_test``; the script fails on Paddle 3 before and after

@@ -5,12 +5,11 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod.rule import Rule
-from ._messages import AliasedReports
 from .graph_mode import stands_down
 from .static_common import CUDA_PLACES
 
 
-class StaticPlace(AliasedReports, Rule):
+class StaticPlace(Rule):
     """Turn ``paddle.CUDAPlace(<n>)`` into this rank's card: ``paddle.set_device(dp.device())``.
 
     Why: launched on N processes of one machine, ``CUDAPlace(0)`` puts every rank's executor on card 0.

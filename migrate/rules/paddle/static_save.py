@@ -6,7 +6,6 @@ import libcst as cst
 
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
-from ._messages import AliasedReports
 from .graph_mode import stands_down
 
 _INFERENCE = frozenset({
@@ -17,7 +16,7 @@ _SAVES = _INFERENCE | {  # Paddle 2.x static scripts still call fluid's savers
 }
 
 
-class StaticSave(AliasedReports, Rule):
+class StaticSave(Rule):
     """Run ``paddle.static.save`` / ``save_inference_model`` (and fluid's savers) on the main process only, then meet.
 
     Why: launched on N processes every rank would write the same files at once (a torn checkpoint). The

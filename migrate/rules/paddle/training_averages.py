@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from ..common.training_averages import TrainingAverages
-from ._messages import AliasedReports
 
 
-class PaddleTrainingAverages(AliasedReports, TrainingAverages):
+class PaddleTrainingAverages(TrainingAverages):
     """All-reduce the sums a training loop divides by ``len(loader.dataset)`` afterwards.
 
     Why: once the training loader is sharded each rank adds up only its own part, while

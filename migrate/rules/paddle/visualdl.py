@@ -6,12 +6,11 @@ import libcst as cst
 
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
-from ._messages import AliasedReports
 
 LOG_WRITERS = frozenset({"visualdl.LogWriter", "visualdl.writer.writer.LogWriter"})
 
 
-class PaddleVisualDL(AliasedReports, Rule):
+class PaddleVisualDL(Rule):
     """Create VisualDL's ``LogWriter`` on the main process only, and call it there.
 
     Why: launched on N processes, every rank opens its own ``vdlrecords.*.log`` in the same ``logdir``: VisualDL

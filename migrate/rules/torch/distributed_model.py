@@ -21,10 +21,13 @@ class DistributedModel(Rule):
     statement that assigns the model or calls one of its methods, before the first loop or
     training call of the block that builds it.
     A block that builds and trains the model (the ``if __name__ == "__main__":`` block, a ``with``) is
-    entered: the wrap goes inside it, before the training.
-    Leaves alone: a model built in another function than the one that uses it, held in an
-    attribute (``self.model``), or built and trained inside one ``if``/loop/``try``: declined, wrap it
-    where it is built.
+    entered: the wrap goes inside it, before the training. Models are followed by binding, not by name
+    (:mod:`~dpmigrate.codemod.bindings`): a name rebuilt with a new model is wrapped at each construction
+    an optimizer trains, and a model handed to the function that trains it (``fit(net)``) is wrapped
+    where each caller builds it.
+    Leaves alone: a model built in another function than the one that uses it (and not handed over by
+    name), held in an attribute (``self.model``), or built and trained inside one ``if``/loop/``try``:
+    declined, wrap it where it is built.
     """
 
     name = "distributed-model"
