@@ -149,6 +149,14 @@ class Rule(cst.CSTVisitor):
         self.ctx.plan.needs_runtime_import = True
         return cst.parse_expression(f"{self.ctx.alias}.{code}", config=self.ctx.config())
 
+    def main_process_only(self, statements) -> cst.If:
+        """``if dp.is_main_process():`` around a group of statements (a ``plan.group`` wrapper), the first one's
+        comments and blank lines kept above the ``if``."""
+        first = statements[0]
+        return cst.If(test=self.dp("is_main_process()"),
+                      body=cst.IndentedBlock(body=[first.with_changes(leading_lines=()), *statements[1:]]),
+                      leading_lines=first.leading_lines)
+
     def dp_attribute(self, name: str) -> cst.Attribute:
         """``dp.name`` (to replace a callee: ``torch.save`` -> ``dp.save``)."""
         self.ctx.plan.needs_runtime_import = True

@@ -68,7 +68,7 @@ class MainProcessOutput(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._guarded_blocks: set[int] = set()
+        self.main_process_only_blocks: set[int] = set()
 
     def visit_Module(self, node: cst.Module) -> bool:
         return self.q.is_training_script()
@@ -104,8 +104,8 @@ class MainProcessOutput(Rule):
             return
         if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None:
             return
-        self.ctx.plan.group([node], self._guarded)
-        self._guarded_blocks.add(id(node))
+        self.ctx.plan.group([node], self.main_process_only)
+        self.main_process_only_blocks.add(id(node))
         self.report(opened[0], "change", "file written by the main process only (under `if dp.is_main_process():`)")
         self._unwrap_model_calls(node)
         self._wait_before_reads(node, {self.code(a.value) for a in opened[0].args[:1]})
@@ -120,7 +120,7 @@ class MainProcessOutput(Rule):
         return updated.with_changes(args=[*updated.args[:-1], last, disable])
 
     def _once(self, node: cst.Call, what: str) -> None:
-        if any(id(a) in self._guarded_blocks for a in self.q.ancestors(node)):
+        if any(id(a) in self.main_process_only_blocks for a in self.q.ancestors(node)):
             return  # inside a `with open(..., "w")` block that is guarded as a whole
         statement = self.q.statement_of(node)
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
@@ -129,7 +129,7 @@ class MainProcessOutput(Rule):
             return  # a value the script keeps (onnx program, copied path): every rank needs it
         if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None:
             return
-        self.ctx.plan.group([statement], self._guarded)
+        self.ctx.plan.group([statement], self.main_process_only)
         self._wait_before_reads(statement, {self.code(a.value) for a in node.args if a.keyword is None})
         exported = self._exported_model(node)
         if exported is not None:
@@ -173,10 +173,3 @@ class MainProcessOutput(Rule):
         first = next((a.value for a in node.args if a.keyword is None), None)
         return first if isinstance(first, cst.Name) else None
 
-    def _guarded(self, statements):
-        first = statements[0]
-        return cst.If(
-            test=self.dp("is_main_process()"),
-            body=cst.IndentedBlock(body=[first.with_changes(leading_lines=())]),
-            leading_lines=first.leading_lines,
-        )

@@ -86,18 +86,11 @@ class PaddleDistributedSave(Rule):
         wrapped = set(self.ctx.analysis(Models).wrapped)
         if layer is not None and isinstance(layer.value, cst.Name) and layer.value.value in wrapped:
             self.ctx.plan.replace(layer, lambda updated: updated.with_changes(value=self.dp_call("unwrap", updated.value)))
-        self.ctx.plan.group([statement], self._main_process_only)
+        self.ctx.plan.group([statement], self.main_process_only)
         self.ctx.plan.insert_after(statement, self.statement("{dp}.barrier()\n"))
         self.report(node, "change", "paddle.jit.save exported by the main process only (the layer itself, "
                     "dp.unwrap), then all ranks meet (dp.barrier())")
 
-    def _main_process_only(self, statements):
-        first = statements[0]
-        return cst.If(
-            test=self.dp("is_main_process()"),
-            body=cst.IndentedBlock(body=[first.with_changes(leading_lines=())]),
-            leading_lines=first.leading_lines,
-        )
 
 
 def _names_a_model(value: cst.BaseExpression, models: set[str]) -> bool:

@@ -86,12 +86,6 @@ class PaddleHighLevelApi(Rule):
         if self.ctx.analysis(RankAnalysis).rank_condition(call) is not None:
             return
 
-        def guarded(statements):
-            first = statements[0]
-            return cst.If(test=self.dp("is_main_process()"),
-                          body=cst.IndentedBlock(body=[first.with_changes(leading_lines=())]),
-                          leading_lines=first.leading_lines)
-
-        if self.ctx.plan.group([statement], guarded):
+        if self.ctx.plan.group([statement], self.main_process_only):
             self.report(call, "change", "model summary printed by the main process only "
                         f"(under `if {self.ctx.alias}.is_main_process():`)")

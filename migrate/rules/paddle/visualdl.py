@@ -66,11 +66,5 @@ class PaddleVisualDL(Rule):
         if self.ctx.analysis(RankAnalysis).rank_condition(call) is not None:
             return
 
-        def guarded(statements):
-            first = statements[0]
-            return cst.If(test=self.dp("is_main_process()"),
-                          body=cst.IndentedBlock(body=[first.with_changes(leading_lines=())]),
-                          leading_lines=first.leading_lines)
-
-        if self.ctx.plan.group([statement], guarded):
+        if self.ctx.plan.group([statement], self.main_process_only):
             self.report(call, "change", f"{writer}.{call.func.attr.value}(...) on the main process only")

@@ -84,12 +84,8 @@ class ChiefWrites(Rule):
             return
         if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) != 1:
             return
-        if not self.ctx.plan.group([statement], self._guarded):
+        if not self.ctx.plan.group([statement], self.main_process_only):
             return
         self.report(where, "change", f"{what} by the chief only (under `if dp.is_main_process():`): every worker "
                     "would write the same file")
 
-    def _guarded(self, statements):
-        first = statements[0]
-        return cst.If(test=self.dp("is_main_process()"), body=cst.IndentedBlock(body=[first.with_changes(leading_lines=())]),
-                      leading_lines=first.leading_lines)
