@@ -12,6 +12,7 @@ them as (``models.resnet18(weights="DEFAULT")`` after ``from torchvision import 
 from __future__ import annotations
 
 import ast
+import re
 
 from .frameworks import REGISTRY
 
@@ -23,7 +24,8 @@ _PRETRAINED_KEYWORDS = ("pretrained", "weights")
 def downloading_callables(module: str, tree: ast.Module, frameworks: set[str]) -> list[str]:
     """``module.f`` for its functions that download, directly or through another of its functions
     (``get_training_set()`` -> ``download_bsd300()`` -> ``urllib.request.urlopen``), and ``module.C`` for its
-    classes whose construction does (``__init__`` fetching pretrained weights, or calling what does)."""
+    classes whose construction does (``__init__`` fetching pretrained weights, or calling what does).
+    An empty ``module`` gives the bare names (``.f``), for a caller that prefixes them later."""
     runs: dict[str, list[ast.AST]] = {}  # a callable's name -> the code a call of it runs
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -37,14 +39,30 @@ def downloading_callables(module: str, tree: ast.Module, frameworks: set[str]) -
         return []
     fetching = _Fetching(tree, frameworks)
     downloading = {name for name, parts in runs.items() if any(fetching.fetches(p) for p in parts)}
+    calls = {name: set().union(*map(_called, parts)) for name, parts in runs.items() if name not in downloading}
     changed = True
     while changed:
         changed = False
-        for name, parts in runs.items():
-            if name not in downloading and any(_called(p) & downloading for p in parts):
+        for name, called in calls.items():
+            if name not in downloading and called & downloading:
                 downloading.add(name)
                 changed = True
     return [f"{module}.{name}" for name in sorted(downloading)]
+
+
+def may_download(source: bytes, frameworks: set[str]) -> bool:
+    """False when no call in ``source`` can fetch (so :func:`downloading_callables` need not read it): none of
+    the shared download words is written, nor every part of one of the framework's download or
+    pretrained-weight names (a qualified name is made of words its file writes)."""
+    words = set(re.findall(rb"[A-Za-z_]\w*", source))
+    if words & _SHARED_WORDS:
+        return True
+    vocabularies = [REGISTRY[f].rule_set().VOCABULARY for f in sorted(frameworks)]
+    return any(all(part.encode() in words for part in prefix.strip(".").split("."))
+               for v in vocabularies for prefix in (*v.download_prefixes, *v.pretrained_prefixes))
+
+
+_SHARED_WORDS = {w.encode() for w in (*_FETCH_WORDS, "download", "requests")}
 
 
 class _Fetching:

@@ -27,7 +27,8 @@ import stat
 from collections.abc import Iterable, Mapping
 
 from .frameworks import FRAMEWORK_OF_PACKAGE, REGISTRY, may_use_a_framework
-from .local_downloads import downloading_callables
+from .import_lines import import_statements
+from .local_downloads import downloading_callables, may_download
 
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:from|import)[ \t]+([^\n#;]*)", re.M)
 _WORD = re.compile(rb"[A-Za-z_]\w*")
@@ -100,7 +101,7 @@ def parse(path: str, source: bytes) -> ast.Module | None:
 
 def local_imports(path: str, source: bytes) -> set[str]:
     """The real paths of the local modules ``path`` imports (empty if it does not parse)."""
-    tree = parse(path, source)
+    tree = import_statements(path, source)
     if tree is None:
         return set()
     return {os.path.realpath(f) for files in imported_modules(path, tree).values() for f in files}
@@ -108,9 +109,13 @@ def local_imports(path: str, source: bytes) -> set[str]:
 
 def own_frameworks(tree: ast.Module, packages: Mapping[str, str] = FRAMEWORK_OF_PACKAGE) -> set[str]:
     """The frameworks a module imports itself; a converted one's runtime (``dpmigrate.runtime.torch``) decides."""
+    return _own_frameworks(_absolute_imports(tree), packages)
+
+
+def _own_frameworks(imported: list[str], packages: Mapping[str, str]) -> set[str]:
     found: set[str] = set()
     runtime: set[str] = set()
-    for name in _absolute_imports(tree):
+    for name in imported:
         parts = name.split(".")
         if parts[:2] == ["dpmigrate", "runtime"] and len(parts) > 2 and parts[2] in REGISTRY:
             runtime.add(parts[2])
@@ -121,7 +126,11 @@ def own_frameworks(tree: ast.Module, packages: Mapping[str, str] = FRAMEWORK_OF_
 
 def converted(tree: ast.Module) -> bool:
     """The module imports dpmigrate's runtime: dpmigrate converted it before."""
-    return any(name == "dpmigrate.runtime" or name.startswith("dpmigrate.runtime.") for name in _absolute_imports(tree))
+    return _names_runtime(_absolute_imports(tree))
+
+
+def _names_runtime(imported: list[str]) -> bool:
+    return any(name == "dpmigrate.runtime" or name.startswith("dpmigrate.runtime.") for name in imported)
 
 
 def _absolute_imports(tree: ast.Module) -> list[str]:
@@ -143,13 +152,52 @@ class Reader:
         self._trees: dict[str, ast.Module | None] = {}
         self._imports: dict[str, dict[str, list[str]]] = {}
         self._listings: dict[str, set[bytes]] = {}
+        self._frameworks: dict[str, set[str]] = {}  # real path -> frameworks (a whole answer, not cut by a cycle)
+        self._absolute: dict[str, list[str]] = {}
+        self._downloading: dict[str, list[str]] = {}
+        self._sources: dict[str, bytes] = {}
+        self._whole: dict[str, ast.Module | None] = {}
 
-    def tree(self, path: str) -> ast.Module | None:
+    def tree(self, path: str, source: bytes | None = None) -> ast.Module | None:
+        """The module's import statements (``source`` when the caller has read it already), read once: what
+        everything but :meth:`downloading` needs (see :mod:`.import_lines`)."""
         real = os.path.realpath(path)
         if real not in self._trees:
-            source = _read(real)
-            self._trees[real] = parse(real, source) if source is not None else None
+            source = source if source is not None else _read(real)
+            self._trees[real] = import_statements(real, source) if source is not None else None
+            self._sources[real] = source or b""
         return self._trees[real]
+
+    def whole_tree(self, path: str) -> ast.Module | None:
+        """The whole module parsed, once."""
+        real = os.path.realpath(path)
+        if real not in self._whole:
+            source = self._sources[real] if real in self._sources else _read(real)
+            self._whole[real] = parse(real, source) if source is not None else None
+        return self._whole[real]
+
+    def absolute_imports(self, path: str) -> list[str]:
+        real = os.path.realpath(path)
+        if real not in self._absolute:
+            tree = self.tree(real)
+            self._absolute[real] = _absolute_imports(tree) if tree is not None else []
+        return self._absolute[real]
+
+    def converted(self, path: str) -> bool:
+        """The module imports dpmigrate's runtime: dpmigrate converted it before."""
+        return _names_runtime(self.absolute_imports(path))
+
+    def downloading(self, folder: str, file: str) -> list[str]:
+        """``module.f`` / ``module.C`` of ``file`` (imported from ``folder``) whose call downloads."""
+        real = os.path.realpath(file)
+        if real not in self._downloading:
+            frameworks = self.frameworks(real)
+            if self.tree(real) is None or self.converted(real) or not may_download(self._sources[real], frameworks):
+                self._downloading[real] = []
+            else:
+                tree = self.whole_tree(real)
+                self._downloading[real] = downloading_callables("", tree, frameworks) if tree is not None else []
+        return [_dotted(folder, file) + name for name in self._downloading[real]]
 
     def imports(self, path: str, tree: ast.Module | None = None) -> dict[str, list[str]]:
         real = os.path.realpath(path)
@@ -172,14 +220,17 @@ class Reader:
     def frameworks(self, path: str, seen: frozenset[str] = frozenset()) -> set[str]:
         """The frameworks a module trains with: those it imports, else those of its own local modules."""
         real = os.path.realpath(path)
-        tree = self.tree(real)
-        if tree is None or real in seen:
+        if real in self._frameworks:
+            return self._frameworks[real]
+        if real in seen or self.tree(real) is None:
             return set()
-        own = own_frameworks(tree, self.packages)
-        if own:
-            return own
-        return {f for files in self.imports(real).values() for file in files
-                for f in self.frameworks(file, seen | {real})}
+        found = _own_frameworks(self.absolute_imports(real), self.packages)
+        if not found:
+            found = {f for files in self.imports(real).values() for file in files
+                     for f in self.frameworks(file, seen | {real})}
+        if not seen:  # (below the first call a cycle may cut the answer short: not kept)
+            self._frameworks[real] = found
+        return found
 
     def closure(self, files: Iterable[str]) -> list[str]:
         """``files`` and every local module they import, directly or not (joined paths, first seen first)."""
@@ -229,7 +280,7 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
         framework_words = may_use_a_framework(source)
         if not framework_words and not reader.may_import_a_local_module(path, source):
             continue
-        tree = parse(path, source)
+        tree = reader.tree(path, source)
         imports = reader.imports(path, tree) if tree is not None else {}
         real = os.path.realpath(path)
         imported.update(r for files in imports.values() for r in map(os.path.realpath, files) if r != real)
@@ -239,10 +290,9 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
         names.update(imports)
         frameworks |= through
         folder = os.path.dirname(real)
-        for files in imports.values() if tree is not None and not converted(tree) else ():
+        for files in imports.values() if tree is not None and not reader.converted(path) else ():
             for file in files:  # (a converted module guards its own downloads)
-                if (module := reader.tree(file)) is not None and not converted(module):
-                    downloading.extend(downloading_callables(_dotted(folder, file), module, reader.frameworks(file)))
+                downloading.extend(reader.downloading(folder, file))
         needed[path] = tuple(os.path.relpath(f, folder) for f in reader.closure(f for v in imports.values() for f in v))
     if imported:  # the run's own files among them
         imported &= {os.path.realpath(p) for p in paths}

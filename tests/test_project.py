@@ -195,8 +195,11 @@ def test_only_training_files_and_the_local_modules_they_import_are_parsed(tmp_pa
     (tmp_path / "util.py").write_text("import os\nVALUE = 1\n")  # no framework, nothing local: read, not parsed
     (tmp_path / "helpers.py").write_text("def f():\n    return 2\n")
     (tmp_path / "train.py").write_text("import torch\nimport helpers\n")
-    parsed = []
-    real = local_modules.parse
-    monkeypatch.setattr(local_modules, "parse", lambda path, source: parsed.append(Path(path).name) or real(path, source))
+    parsed, whole = [], []
+    imports, real = local_modules.import_statements, local_modules.parse
+    monkeypatch.setattr(local_modules, "import_statements",
+                        lambda path, source: parsed.append(Path(path).name) or imports(path, source))
+    monkeypatch.setattr(local_modules, "parse", lambda path, source: whole.append(Path(path).name) or real(path, source))
     found = local_modules.scan([str(tmp_path / n) for n in ("util.py", "helpers.py", "train.py")])
     assert sorted(parsed) == ["helpers.py", "train.py"] and found.names == ("helpers",)
+    assert whole == []  # (only a module that may download is parsed whole: helpers.py names no download)

@@ -75,8 +75,10 @@ def detect(wrapper: MetadataWrapper, index: TreeIndex | None = None,
     framework = frameworks[0]
     rule_set = REGISTRY[framework].rule_set()
     vocabulary: Vocabulary = rule_set.VOCABULARY
-    if index.possible(_name_prefixes(vocabulary, bool(rule_set.RULES))):  # a use by name could decide it
-        found = _Uses(index, names=True, local_frameworks=local_frameworks)
+    prefixes = _name_prefixes(vocabulary, bool(rule_set.RULES))
+    if index.possible(prefixes):  # a use by name could decide it
+        packages = tuple(sorted({p.strip(".").split(".", 1)[0] for p in prefixes}))
+        found = _Uses(index, names=True, local_frameworks=local_frameworks, packages=packages)
         index.visit(found)
         found.adopt_local_frameworks()
     generation = vocabulary.generation(found.qualified)
@@ -146,10 +148,14 @@ def _dotted(node: cst.BaseExpression | None) -> str:
 class _Uses(cst.CSTVisitor):
     """Collects the first import of each framework, and every qualified name and method call in order."""
 
-    def __init__(self, index: TreeIndex, *, names: bool, local_frameworks: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(self, index: TreeIndex, *, names: bool, local_frameworks: tuple[tuple[str, str], ...] = (),
+                 packages: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.index = index
         self.names = names  # False: skip the qualified names of names and attributes (imports only)
+        # the packages detection asks about: a name's qualified names outside them are never asked for, so
+        # they are not computed (most files then need no scope analysis: see TreeIndex.qualified_names_under)
+        self.packages = packages
         self.frameworks: dict[str, cst.CSTNode] = {}
         self.local: dict[str, list[str]] = {}  # local module name -> the frameworks it uses
         for module, framework in local_frameworks:
@@ -188,33 +194,42 @@ class _Uses(cst.CSTVisitor):
         self.qualified.add(name)
         self._uses.append((node, "name", name))
 
-    def visit_Import(self, node: cst.Import) -> None:
+    # An import's own names are recorded whole by _imported: its children are not visited (their qualified
+    # names would add nothing, and a name inside an import is not a use the index can name without scopes).
+
+    def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:
             self._imported(node, _dotted(alias.name), [])
+        return False
 
     def _local(self, node: cst.CSTNode, module: str) -> None:
         for framework in self.local.get(module, ()):
             self.through.setdefault(framework, (node, module))
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         if node.relative or node.module is None:
             if len(node.relative) == 1 and not isinstance(node.names, cst.ImportStar):  # from . import setup_mod
                 for module in [_dotted(node.module)] if node.module else [_dotted(a.name) for a in node.names]:
                     self._local(node, module.split(".")[0])
-            return
+            return False
         names = [] if isinstance(node.names, cst.ImportStar) else [_dotted(a.name) for a in node.names]
         if _dotted(node.module) == "dpmigrate" and "runtime" in names:
             self.runtime = self.runtime or node
         self._imported(node, _dotted(node.module), names)
+        return False
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        for qualified in self.index.qualified_names(node) if self.names else ():
-            self._used(node, qualified)
+        self._used_by_name(node)
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute):
             self._uses.append((node, "method", node.func.attr.value))
 
     def visit_Name(self, node: cst.Name) -> None:
-        for qualified in self.index.qualified_names(node) if self.names else ():
-            self._used(node, qualified)
+        self._used_by_name(node)
+
+    def _used_by_name(self, node: cst.Name | cst.Attribute) -> None:
+        if self.names:
+            for package in self.packages:
+                for qualified in sorted(self.index.qualified_names_under(node, package)):
+                    self._used(node, qualified)

@@ -5,7 +5,8 @@ much as parsing. The rules used to walk the whole module once each, plus a ``m.f
 question (about fifty per file). The index records the nodes once, in the order a visitor meets
 them (pre-order, read from the nodes' fields: see ``walk.py``), with where each subtree ends and
 each node's parent; a question about a subtree is then a look-up in a list, answered in the same
-order libcst's ``m.findall`` would give.
+order libcst's ``m.findall`` would give. Whitespace, newlines and comments are not indexed
+(``walk.NOT_INDEXED``: more than half of all nodes, and no question is about one).
 
 Qualified names come straight from the ``ScopeProvider`` scopes, as ``QualifiedNameProvider``
 computes them, but only for the nodes asked about, each once.
@@ -50,6 +51,7 @@ class TreeIndex:
         self._defined: frozenset[str] | None = None
         self._called_only: frozenset[str] | None = None
         self._imported_only: dict[str, list[cst.Import | cst.ImportFrom]] | None = None
+        self._imported_names: dict[str, frozenset[str]] = {}  # dotted name -> its qualified names, import-bound
 
     # --- structure --------------------------------------------------------------------------------
 
@@ -171,8 +173,11 @@ class TreeIndex:
         full = _full_name(node)
         imports = self._only_imported().get(full.split(".", 1)[0]) if full is not None else None
         if imports is not None and self._is_use(_root_node(node)):  # libcst's ImportAssignment names it, no scopes
-            return frozenset(q.name for i in imports
-                             for q in ImportAssignment("", None, i, 0, i).get_qualified_names_for(full))
+            names = self._imported_names.get(full)  # (the same for every use of one dotted name)
+            if names is None:
+                names = self._imported_names[full] = frozenset(
+                    q.name for i in imports for q in ImportAssignment("", None, i, 0, i).get_qualified_names_for(full))
+            return names
         return self.qualified_names(node)
 
     def _only_imported(self) -> dict[str, list[cst.Import | cst.ImportFrom]]:
@@ -212,11 +217,17 @@ class TreeIndex:
         return self._imported_only
 
     def _is_use(self, name: cst.CSTNode) -> bool:
-        """``name`` is read as a callee, an argument or the object of an attribute (none binds a name)."""
+        """``name`` is read: a callee, an argument, the object of an attribute or subscript, an annotation, an
+        operand, a test, a returned or assigned value... any place whose every child is read and none bound
+        (a tuple's element is not: ``a, b = ...`` binds)."""
         parent = self.parent(name)
+        if isinstance(parent, _READ_ONLY_PARENTS):
+            return True
         return ((isinstance(parent, cst.Call) and parent.func is name)
                 or (isinstance(parent, cst.Attribute) and parent.value is name)
-                or (isinstance(parent, cst.Arg) and parent.value is name))
+                or (isinstance(parent, cst.Arg) and parent.value is name)
+                or (isinstance(parent, cst.Subscript) and parent.value is name)
+                or (isinstance(parent, cst.Assign) and parent.value is name))
 
     def _in_import_binding(self, name: cst.Name, parent: cst.ImportAlias | cst.AsName) -> bool:
         """``name`` is what an import alias binds (``import torch``, ``... as tnn``)."""
@@ -304,6 +315,12 @@ class TreeIndex:
 # Parts of qualified names that libcst makes up: the builtins module, function and comprehension
 # namespaces, and the root of an attribute on an expression that is not a name (``(a + b).abs``
 # is named as if it were ``None.abs``, that is ``builtins.None``).
+# Nodes none of whose children is ever bound (a name directly below one of them is read), for _is_use.
+_READ_ONLY_PARENTS = (
+    cst.Annotation, cst.Index, cst.Slice, cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation,
+    cst.Comparison, cst.ComparisonTarget, cst.IfExp, cst.Decorator, cst.Return, cst.Expr, cst.If, cst.While,
+    cst.Assert, cst.Await, cst.Yield, cst.DictElement, cst.StarredDictElement, cst.FormattedStringExpression,
+)
 _SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _NAMESPACES = frozenset({"<locals>", "<comprehension>"})
 _LIBCST_PARTS = frozenset({"builtins", "None"}) | _NAMESPACES

@@ -246,9 +246,24 @@ def walk(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(reversed(children(node)))
 
 
+# Whitespace, newlines and comments: more than half of a tree's nodes, and no rule asks about one (a
+# statement's comments are read from the statement itself, see plan.py), so the index leaves them out.
+NOT_INDEXED = (cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.Newline,
+               cst.EmptyLine, cst.Comment)
+_INDEXED: dict[type, bool] = {}  # node type -> a node of it is indexed (a CSTNode, not NOT_INDEXED)
+
+
+def is_indexed_type(value_type: type) -> bool:
+    known = _INDEXED.get(value_type)
+    if known is None:
+        known = _INDEXED[value_type] = is_node_type(value_type) and not issubclass(value_type, NOT_INDEXED)
+    return known
+
+
 def index_tree(root: cst.CSTNode) -> tuple[list, array.array, dict, array.array, dict]:
     """``TreeIndex``'s tables: (nodes in pre-order, subtree ends, id -> index, parent indices, type -> indices), in one
-    iterative walk over the nodes' fields (no node is rebuilt, no deep recursion).
+    iterative walk over the nodes' fields (no node is rebuilt, no deep recursion). Every node but whitespace,
+    newlines and comments (:data:`NOT_INDEXED`, and what is below them).
 
     :func:`children` inlined, with its look-ups bound to locals: this loop runs once per node
     (a million for a 25k-line file). Indices are kept in arrays of C ints, not lists of Python
@@ -259,7 +274,7 @@ def index_tree(root: cst.CSTNode) -> tuple[list, array.array, dict, array.array,
     order: dict[int, int] = {}
     by_type: dict[type, array.array] = {}
     fields_by_type: dict[type, tuple[str, ...] | None] = {}
-    is_node = NODE_TYPES
+    indexed = _INDEXED
     stack: list[Any] = [root]  # nodes to visit, and ints: the end of the subtree of nodes[int]
     parent_stack = [-1]  # for each entry of stack, the index of the node's parent
     pop, push, pop_parent, push_parent = stack.pop, stack.append, parent_stack.pop, parent_stack.append
@@ -285,15 +300,15 @@ def index_tree(root: cst.CSTNode) -> tuple[list, array.array, dict, array.array,
         push_parent(-1)
         fields = fields_by_type[node_type]
         if fields is None:
-            kids = children(node)
+            kids = [child for child in children(node) if is_indexed_type(type(child))]
         else:
             kids = []
             for name in fields:
                 value = getattr(node, name)
                 value_type = type(value)
                 if value_type is list or value_type is tuple:
-                    kids.extend(v for v in value if is_node.get(type(v)) or is_node_type(type(v)))
-                elif is_node.get(value_type) or is_node_type(value_type):
+                    kids.extend(v for v in value if indexed.get(type(v)) or is_indexed_type(type(v)))
+                elif indexed.get(value_type) or is_indexed_type(value_type):
                     kids.append(value)
         for child in reversed(kids):
             push(child)
