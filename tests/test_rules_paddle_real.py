@@ -458,7 +458,7 @@ def test_a_summed_high_level_loss_is_declined_under_global_batches_only():
     assert not findings_of(convert_text(source), "paddle-high-level-checks")
 
 
-def test_batches_cut_by_hand_from_data_shuffled_apart_are_declined_and_otherwise_noted():
+def test_batches_cut_by_hand_from_data_shuffled_apart_are_shuffled_alike_and_noted():
     source = '''\
         import numpy as np
         import paddle
@@ -472,7 +472,11 @@ def test_batches_cut_by_hand_from_data_shuffled_apart_are_declined_and_otherwise
                 paddle.nn.functional.mse_loss(model(batch[:, :-1]), batch[:, -1:]).backward()
                 opt.step()
         '''
-    [declined] = findings_of(convert_text(source.format(seed="")), "paddle-manual-batching", "declined")
-    assert "unseeded" in declined.message and "dp.shard(x)" in declined.fix
-    [note] = findings_of(convert_text(source.format(seed="np.random.seed(0)")), "paddle-manual-batching", "note")
-    assert "no speed-up" in note.message
+    unseeded = convert_text(source.format(seed=""))  # (the declined variants: tests/test_rules_shuffle_alike.py)
+    assert "np.random.set_state(dp.broadcast(np.random.get_state()))\n    np.random.shuffle(table)" in \
+        unseeded.output.decode()
+    assert not findings_of(unseeded, "paddle-manual-batching", "declined")
+    for result in (unseeded, convert_text(source.format(seed="np.random.seed(0)"))):
+        [note] = findings_of(result, "paddle-manual-batching", "note")
+        assert "no speed-up" in note.message and "dp.shard(x)" in note.fix
+    assert b"set_state" not in convert_text(source.format(seed="np.random.seed(0)")).output

@@ -8,9 +8,9 @@ from ...codemod import patterns as m
 from ...codemod.loaders import LoaderFlow
 from ...codemod.rule import Rule
 from ..common.shared_random_data import NUMPY_DRAWS, PYTHON_DRAWS
+from ..common.shuffle_alike import align, alignable, shuffles_in, unseeded
 
 _SHUFFLES = frozenset({"numpy.random.shuffle", "numpy.random.permutation", "random.shuffle", "paddle.randperm"})
-_SEEDS = frozenset({"numpy.random.seed", "random.seed", "paddle.seed"})
 
 
 class PaddleManualBatching(Rule):
@@ -20,14 +20,18 @@ class PaddleManualBatching(Rule):
     batches, the averaged gradient is the original's (correct, no speed-up: a note). When the data is shuffled
     with an unseeded generator (``np.random.shuffle(train_data)`` each epoch), every rank cuts its own batches, so
     each step averages N different batches: N times the batch, samples read by several ranks, not the run the
-    report's ``--batch`` policy describes (declined, with the fix; issue 19's audit found it silent).
-    Example (declined):  for epoch in range(E):
-                             np.random.shuffle(train_data)
-                             for k in range(0, len(train_data), B): x = train_data[k:k + B] ...
-    fix: seed the shuffle alike on every rank (np.random.seed(0) once), then give each rank its part of every
-    batch (x = dp.shard(x)), or build a paddle.io.DataLoader over a Dataset (the conversion shards it).
-    Leaves alone: the code (a note or a declined finding only); scripts that read a DataLoader; loops using the
-    whole data at each step (full-batch training: the shared rules say so).
+    report's ``--batch`` policy describes. A NumPy or Python shuffle is made alike on every rank
+    (:mod:`..common.shuffle_alike`: rank 0's generator state first), so every rank cuts the same batches
+    (a note: correct, no speed-up); any other unseeded draw there is declined, with the fix.
+    Example:  for epoch in range(E):
+                  np.random.set_state(dp.broadcast(np.random.get_state()))   (added)
+                  np.random.shuffle(train_data)
+                  for k in range(0, len(train_data), B): x = train_data[k:k + B] ...
+    Declined: ``paddle.randperm(n)`` or ``np.random.randint`` picking the batches (fix: seed the generator alike
+    on every rank once, then give each rank its part of every batch, x = dp.shard(x); or build a
+    paddle.io.DataLoader over a Dataset, which the conversion shards).
+    Leaves alone: scripts that read a DataLoader; loops using the whole data at each step (full-batch
+    training: the shared rules say so).
     """
 
     name = "paddle-manual-batching"
@@ -40,14 +44,14 @@ class PaddleManualBatching(Rule):
         loops = [f for f in self.q.findall(self.ctx.module, m.For() | m.While()) if self.q.has_backward(f.body)]
         innermost = [f for f in loops if not any(g is not f and self.q.index.contains(f, g) for g in loops)]
         outer = [f for f in loops if f not in innermost]
-        calls = self.q.index.of_type(self.ctx.module, cst.Call)
-        seeded = any(self.q.is_call_to(c, _SEEDS) for c in calls)
         for loop in innermost[:1]:
             if not self._slices(loop):
                 return  # the whole data at every step: full-batch training (reported by the shared rules)
-            shuffles = [c for f in [loop, *outer] for c in self.q.index.of_type(f, cst.Call)
-                        if self.q.is_call_to(c, _SHUFFLES | NUMPY_DRAWS | PYTHON_DRAWS)]
-            if shuffles and not seeded:
+            shuffles = unseeded(self, shuffles_in(self, [loop, *outer], _SHUFFLES | NUMPY_DRAWS | PYTHON_DRAWS))
+            if shuffles and all(alignable(self, c) for c in shuffles):
+                align(self, shuffles)  # every rank shuffles alike: the same batches everywhere
+                shuffles = []
+            if shuffles:
                 self.report(loop, "declined", "this training loop cuts its batches by hand from data it shuffles with "
                             f"an unseeded generator (`{self.code(shuffles[0].func)}`): every rank shuffles its own way "
                             "and trains on its own whole batches, so each step averages N different batches (N times "

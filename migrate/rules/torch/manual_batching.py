@@ -7,6 +7,7 @@ import libcst as cst
 from ...codemod import patterns as m
 from ...codemod.loaders import LoaderFlow
 from ...codemod.rule import Rule
+from ..common.shuffle_alike import align, alignable, shuffles_in, unseeded
 
 _RANDOM = ("torch.rand", "torch.randn", "torch.randint", "torch.normal", "numpy.random.")  # fresh data per step
 _ENVIRONMENTS = ("gym.make", "gymnasium.make", "gym.vector.", "gymnasium.vector.")
@@ -24,7 +25,10 @@ class ManualBatching(Rule):
     Full-batch training (no slicing at all: a graph network trained on the whole graph) and
     reinforcement learning (``gym.make``: each rank plays its own episodes) get a note of their own,
     since neither gets faster on N processes.
-    Leaves alone: the loop itself (only a note; it changes nothing).
+    A loop that batches by hand after an unseeded shuffle (``np.random.shuffle(data)`` each epoch,
+    ``torch.randperm(n)``) would cut other batches on every rank: the shuffle is made alike on every rank
+    (:mod:`..common.shuffle_alike`), or the loop declined when it cannot be.
+    Leaves alone: the loop itself.
     """
 
     name = "manual-batching"
@@ -60,12 +64,30 @@ class ManualBatching(Rule):
                     "data parallelism splits batches; with one batch there is nothing to split (leave it on one process)",
                 )
             else:
-                self.report(
-                    loop, "note",
-                    "this training loop batches its data by hand (no DataLoader): every rank reads all the data, "
-                    "which is correct but gives no speed-up." + policy,
-                    "shard the data by hand, e.g. train_data = dp.shard(train_data) before batching it",
-                )
+                self._batches_by_hand(loop, [f for f in loops if f is not loop and self.q.index.contains(f, loop)], policy)
+
+    def _batches_by_hand(self, loop, outer: list, policy: str) -> None:
+        """Every rank reads all the data: correct only if every rank cuts the same batches, so a shuffle the
+        ranks would make apart (unseeded) is made alike (:mod:`..common.shuffle_alike`), or declined."""
+        shuffles = unseeded(self, shuffles_in(self, [loop, *outer]))
+        if shuffles and not all(alignable(self, c) for c in shuffles):
+            self.report(
+                loop, "declined",
+                f"this training loop batches its data by hand after an unseeded shuffle (`{self.code(shuffles[0])}`) "
+                "that cannot be made alike on every rank: each rank would cut its own batches, so each step would "
+                "average N different batches (N times the batch, samples read by several ranks)",
+                "seed that generator alike on every rank once before training (e.g. torch.manual_seed(0)), then give "
+                "each rank its part of every batch (x, y = dp.shard(x), dp.shard(y)), or use a DataLoader",
+            )
+            return
+        align(self, shuffles)
+        self.report(
+            loop, "note",
+            "this training loop batches its data by hand (no DataLoader): every rank reads all the data"
+            + (" and, its shuffle made alike, cuts the same batches" if shuffles else "")
+            + ", which is correct but gives no speed-up." + policy,
+            "shard the data by hand, e.g. train_data = dp.shard(train_data) before batching it",
+        )
 
     def _draws_fresh_data(self, loop) -> bool:
         """The loop draws its inputs at random at every step (directly or in a function of the file it calls), and
