@@ -7,8 +7,9 @@ import statement starts its line (indented or not), so the statements are found 
 and only their text is parsed.
 
 The answer is a module of those statements, in file order. It never misses an import Python would
-run: a file with an import after a colon or a semicolon on one line (``if x: import y``), or an
-import whose text does not parse alone, is parsed whole instead. It may hold more: an indented line
+run: a file with an import after a colon or a semicolon on one line (``if x: import y``), one declaring
+another encoding than UTF-8, or a parenthesised import whose text does not parse alone, is parsed whole
+instead. It may hold more: an indented line
 of a docstring that reads as an import (``    import numpy as np`` in an example) is taken as one,
 which costs at most a look at a module the file does not use.
 """
@@ -20,15 +21,19 @@ import re
 
 # an import statement's text: its first word at the start of a line, up to the end of its logical line
 # (backslash continuations included) or the ")" closing a parenthesised list of names
-_STATEMENT = re.compile(rb"^[ \t]*((?:from|import)\b(?:[^\n#;()\\]|\\\r?\n)*)(\()?", re.M)
-_AFTER_COLON_OR_SEMICOLON = re.compile(rb"[:;][ \t]*(?:from|import)[ \t\\(]")
+_STATEMENT = re.compile(rb"^[ \t\f]*((?:from|import)\b(?:[^\n#;()\\]|\\\r?\n)*)(\()?", re.M)
+_AFTER_COLON_OR_SEMICOLON = re.compile(rb"[:;][ \t\f]*(?:from|import)[ \t\f\\(]")
+# a coding cookie (PEP 263) naming another encoding than UTF-8: a statement's text alone would be read as UTF-8
+_OTHER_ENCODING = re.compile(rb"\A(?:[^\n]*\n)?[ \t\f]*#.*?coding[:=][ \t]*(?!utf-?8\b)[-\w.]+", re.I)
+_BOM = b"\xef\xbb\xbf"
 
 
 def import_statements(path: str, source: bytes) -> ast.Module | None:
     """The import statements of ``source`` (an :class:`ast.Module` of them), or the whole module parsed
     when reading them alone could miss one; None when it has to be parsed whole and does not parse."""
-    if _AFTER_COLON_OR_SEMICOLON.search(source):
+    if _AFTER_COLON_OR_SEMICOLON.search(source) or _OTHER_ENCODING.match(source):
         return _parse(path, source)
+    source = source.removeprefix(_BOM)
     body: list[ast.stmt] = []
     for match in _STATEMENT.finditer(source):
         text = match.group(1)

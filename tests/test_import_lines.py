@@ -58,13 +58,16 @@ SNIPPETS = {
     "after a semicolon": "x = 1; import data\n",
     "if TYPE_CHECKING": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from data import Loader\n",
     "relative": "from . import data\nfrom .models import Net\n",
+    "form feed before an import": "import os\n\x0cimport torch\n",
+    "a byte-order mark": "\ufeffimport torch\nimport data\n",
+    "a latin-1 coding cookie": "# -*- coding: latin-1 -*-\nimport torch\n",
     "prose that starts with from": '"""Docs.\n\nfrom the start\nimport the data\n"""\nimport torch\n',
 }
 
 
 @pytest.mark.parametrize("source", SNIPPETS.values(), ids=SNIPPETS.keys())
 def test_every_import_of_a_snippet_is_read(source: str):
-    whole = _imports(ast.parse(source))
+    whole = _imports(ast.parse(source.encode()))  # (as bytes, as files are read: a byte-order mark is allowed)
     assert whole and _imports(import_statements("snippet.py", source.encode())) == whole
 
 
