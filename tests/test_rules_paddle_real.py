@@ -315,8 +315,14 @@ def test_a_save_under_this_ranks_figure_tests_the_mean_over_the_ranks():
     assert findings_of(result, "paddle-save-condition", "change")
 
 
-def test_a_save_under_a_compound_test_of_this_ranks_figure_is_an_error():
+def test_a_save_under_comparisons_joined_by_and_gets_each_figure_all_reduced():
     result = convert_text(SAVE_LOOP.format(test="if acc > best and epoch > 0:"))
+    assert "if dp.all_reduce(acc) > dp.all_reduce(best) and epoch > 0:" in result.output.decode()
+    assert not findings_of(result, "paddle-save-condition", "error")
+
+
+def test_a_save_under_a_test_that_is_not_comparisons_of_this_ranks_figure_is_an_error():
+    result = convert_text(SAVE_LOOP.format(test="if acc > best and not math.isnan(acc):"))
     [error] = findings_of(result, "paddle-save-condition", "error")
     assert "`acc`" in error.message and "hangs" in error.message
 
@@ -480,3 +486,56 @@ def test_batches_cut_by_hand_from_data_shuffled_apart_are_shuffled_alike_and_not
         [note] = findings_of(result, "paddle-manual-batching", "note")
         assert "no speed-up" in note.message and "dp.shard(x)" in note.fix
     assert b"set_state" not in convert_text(source.format(seed="np.random.seed(0)")).output
+
+
+def test_a_loader_peeked_at_then_handed_to_fit_is_sharded_for_training():
+    """The recommender notebook of the issue 19 audit: `for x, y in loader(): print(...); break`, then
+    `model.fit(loader)`: the peek made it an evaluation loader left whole (each rank shuffled all of it)."""
+    result = convert_text('''\
+        import paddle
+        loader = paddle.io.DataLoader(paddle.io.TensorDataset([paddle.ones([8, 2])]), batch_size=4, shuffle=True)
+        for x in loader():
+            print(x)
+            break
+        model = paddle.Model(paddle.nn.Linear(2, 1))
+        model.prepare(paddle.optimizer.SGD(parameters=model.parameters()), paddle.nn.MSELoss())
+        model.fit(loader, epochs=1)
+        ''')
+    assert "loader = dp.distributed_loader(paddle.io.DataLoader(" in result.output.decode()
+    assert not findings_of(result, "paddle-evaluation-loader")
+    [change] = findings_of(result, "paddle-shard-training-loader", "change")
+    assert "handed to paddle.Model.fit" in change.message
+
+
+SAVING_HELPER = '''\
+    import paddle
+    def save_checkpoint(model, path):
+        paddle.save(model.state_dict(), path)
+    def main():
+        loader = paddle.io.DataLoader(paddle.io.TensorDataset([paddle.ones([8, 2])]), batch_size=4)
+        model = paddle.nn.Linear(2, 1)
+        opt = paddle.optimizer.SGD(parameters=model.parameters())
+        best = None
+        for epoch in range(2):
+            for (x,) in loader():
+                model(x).mean().backward()
+                opt.step()
+                opt.clear_grad()
+            val_loss = float(model(paddle.ones([2, 2])).sum())
+            if {test}:
+                best = val_loss
+                save_checkpoint(model, "best.pdparams")
+    main()
+    '''
+
+
+def test_a_save_in_a_helper_called_under_a_per_rank_test_gets_the_test_all_reduced():
+    """CharCNN (issue 19 audit): `save_checkpoint(...)` under `if best is None or val_loss < best:` hung on 2
+    ranks (rank 1 alone in dp.save's barrier); the rule saw only a save written inside the `if` itself."""
+    result = convert_text(SAVING_HELPER.format(test="best is None or val_loss < best"))
+    assert "if best is None or dp.all_reduce(val_loss) < dp.all_reduce(best):" in result.output.decode()
+    [change] = findings_of(result, "paddle-save-condition", "change")
+    assert "every rank takes the same branch" in change.message
+    unknown = convert_text(SAVING_HELPER.format(test="val_loss < best or epoch % 2"))
+    [error] = findings_of(unknown, "paddle-save-condition", "error")
+    assert "this call saves" in error.message and "dp.all_reduce(" in error.fix

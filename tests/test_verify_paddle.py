@@ -108,3 +108,54 @@ def test_a_broken_conversion_is_caught_with_its_cause(broken, tmp_path, monkeypa
     else:
         assert _kinds(outcome) == ["scaled-update"]
         assert "1/N" in comparison["causes"][0]["message"]
+
+
+WORKERS = '''\
+import sys
+import numpy as np
+import paddle
+
+
+class Rows(paddle.io.Dataset):
+    def __getitem__(self, index):
+        return np.full([2], index, "float32"), np.array([1.0], "float32")
+
+    def __len__(self):
+        return 64
+
+
+marker = sys.argv[1]  # (names this test's processes, workers included: they are forks)
+loader = paddle.io.DataLoader(Rows(), batch_size=8, num_workers=2)
+model = paddle.nn.Linear(2, 1)
+opt = paddle.optimizer.SGD(learning_rate=0.01, parameters=model.parameters())
+for epoch in range(3):
+    for x, y in loader():
+        paddle.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        opt.clear_grad()
+'''
+
+
+def test_a_run_stopped_after_k_steps_leaves_no_dataloader_worker_behind(tmp_path, monkeypatch):
+    """Paddle's DataLoader workers outlived the runs verify stops early (6 left by one run, issue 19 audit)."""
+    import os
+    import secrets
+
+    (tmp_path / "train.py").write_text(WORKERS)
+    marker = f"verify-orphans-{secrets.token_hex(6)}"
+    monkeypatch.chdir(tmp_path)
+    code = main(["-n", "2", "--steps", "2", "--timeout", "300", "train.py", "--", marker])
+    assert code == 0
+
+    def ours() -> list[int]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    if marker.encode() in handle.read():
+                        found.append(int(pid))
+            except OSError:
+                pass
+        return found
+
+    assert ours() == []

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import threading
 import time
 import urllib.error
@@ -233,6 +234,9 @@ class Meeting:
         if self.diagnosis_dir is None:
             return
         failed_here = [e for e in rank_status.read_statuses(self.status_dir, self.my_ranks).values() if e.failed]
+        if any(e.returncode == -signal.SIGKILL for e in failed_here):
+            return  # killed from outside (not asked to stop, and no rank kills itself so): the culprit is here,
+            # whatever the clocks say (on a loaded machine its wrapper may see the death after the peer's abort)
         first_here = min((e.ended for e in failed_here), default=float("inf"))
         lost = sorted(r for r, data in self.lost_elsewhere.items() if float(data["ended"]) <= first_here)
         if lost:

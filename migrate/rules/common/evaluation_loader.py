@@ -39,7 +39,7 @@ class EvaluationLoader(Rule):
                 readers.setdefault(id(loop.node), []).append(loader)
         verdicts = {id(loop.node): self._summable(loop) for loader in loaders for loop in loader.loops}
         sharded = {id(loader) for loader in loaders
-                   if loader.role == "eval" and all(verdicts[id(p.node)][1] is None for p in loader.loops)}
+                   if self.evaluates(loader) and all(verdicts[id(p.node)][1] is None for p in loader.loops)}
         changed = True
         while changed:  # a loop read by a loader left whole must not all-reduce: unshard its other readers
             changed = False
@@ -51,12 +51,16 @@ class EvaluationLoader(Rule):
                     changed = True
         reduced: set[int] = set()
         for loader in loaders:
-            if loader.role != "eval":
+            if not self.evaluates(loader):
                 continue
             if id(loader) in sharded:
                 self._shard(loader, verdicts, reduced)
             else:
                 self._leave_whole(loader, verdicts)
+
+    def evaluates(self, loader: Loader) -> bool:
+        """The loader only evaluates: its loops do not train, and (a rule set's say) nothing else trains on it."""
+        return loader.role == "eval"
 
     def _shard(self, loader: Loader, verdicts, reduced: set[int]) -> None:
         self.ctx.plan.replace(

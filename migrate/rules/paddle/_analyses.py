@@ -146,11 +146,10 @@ class HighLevelModels:
 
 def training_loaders(ctx) -> list[Loader]:
     """The loaders the dygraph rules shard for training: those a loop trains with, and those handed to a
-    high-level model's ``fit`` as its training data (the API does not shard a DataLoader); not those with a
-    ``batch_sampler=`` of their own (declined)."""
+    high-level model's ``fit`` as its training data (the API does not shard a DataLoader), even when a loop
+    peeks at one of its batches first; not those with a ``batch_sampler=`` of their own (declined)."""
     high_level = ctx.analysis(HighLevelModels)
     return [
         loader for loader in ctx.analysis(LoaderFlow).loaders
-        if (loader.role == "train" or (loader.role == "unknown" and high_level.reads(loader, TRAINING_DATA)))
-        and not own_sampling(loader)
+        if (loader.role == "train" or high_level.reads(loader, TRAINING_DATA)) and not own_sampling(loader)
     ]

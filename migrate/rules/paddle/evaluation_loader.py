@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from ...codemod.loaders import Loader
 from ..common.evaluation_loader import EvaluationLoader
+from ._analyses import TRAINING_DATA, HighLevelModels
 
 
 class PaddleEvaluationLoader(EvaluationLoader):
@@ -21,3 +23,8 @@ class PaddleEvaluationLoader(EvaluationLoader):
 
     name = "paddle-evaluation-loader"
     generations = ("dygraph",)
+
+    def evaluates(self, loader: Loader) -> bool:
+        """Not a loader a ``paddle.Model.fit`` trains on, though a loop peeks at it (``for x, y in loader(): ...;
+        break``): the training-loader rule shards that one (the issue 19 audit's recommender notebook)."""
+        return super().evaluates(loader) and not self.ctx.analysis(HighLevelModels).reads(loader, TRAINING_DATA)

@@ -25,9 +25,11 @@ class PaddleSaveCondition(Rule):
     Example:  if avg_acc > max_acc:            ->  if dp.all_reduce(avg_acc) > dp.all_reduce(max_acc):
                   max_acc = avg_acc                     max_acc = avg_acc
                   paddle.save(model.state_dict(), p)    dp.save(model.state_dict(), p)
-    Only values the loop holding the ``if`` computes from calls count: not loop counters, values set before the
-    loop (arguments, flags) or constants. Error (not rewritten): a test that is not one comparison, or an ``if``
-    not directly in that loop's body, where an all-reduce in the test could be skipped by some ranks.
+    A save in a function of the file (``def save_checkpoint(model, path): paddle.save(...)``) is checked
+    where that function is called. Only values the loop holding the ``if`` computes from calls count: not
+    loop counters, values set before the loop (arguments, flags) or constants; a test may join comparisons with
+    ``and``/``or`` (``if best is None or val_loss < best:``, the None test left as it is). Error (not rewritten):
+    any other test (a call of the figure), or an ``if`` not directly in that loop's body.
     Leaves alone: saves under a rank condition (``paddle-distributed-save``), ``paddle.Model.save`` (rank 0
     writes it alone, no rank waits).
     """
@@ -42,24 +44,47 @@ class PaddleSaveCondition(Rule):
             return
         if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None:
             return
-        guard, container = self._guard(node)
+        self._check(node, node, frozenset())
+
+    def _check(self, node: cst.Call, site: cst.CSTNode, seen: frozenset[str]) -> None:
+        """The save ``node``, reached at ``site``: itself, or a call of the file's function that saves
+        (``save_checkpoint(model, path)`` under ``if val_acc > best_acc:``, the issue 19 audit's CharCNN)."""
+        guard, container = self._guard(site)
         if guard is None:
+            helper = self._saving_helper(site)
+            if helper is not None and helper.name.value not in seen:
+                for call in self._calls_of(helper.name.value):
+                    if self.ctx.analysis(RankAnalysis).rank_condition(call) is None:
+                        self._check(node, call, seen | {helper.name.value})
             return
         derived = _derived(self.q, container) & self.q.names_in(guard.test)
         if not derived:
             return
         value = next(n.value for n in self.q.index.of_type(guard.test, cst.Name) if n.value in derived)
         body = container.body.body if isinstance(container.body, cst.IndentedBlock) else ()
-        if any(s is guard for s in body) and isinstance(guard.test, cst.Comparison) \
-                and not self.q.index.of_type(guard.test, cst.BooleanOperation):
+        if any(s is guard for s in body) and _agreeable(guard.test):
             self.ctx.plan.replace(guard.test, lambda test: test.visit(_MeanOverRanks(derived, self)))
             self.report(guard.test, "change", f"the test of this save reads {self.ctx.alias}.all_reduce({value}), the mean "
                         "over the ranks: every rank takes the same branch and meets in the save")
             return
-        self.report(node, "error", f"this save runs only when `{self.code(guard.test)}` holds, and `{value}` is "
+        where = "this save" if site is node else f"this call saves (`{self.code(node.func)}` in it), and"
+        self.report(site, "error", f"{where} runs only when `{self.code(guard.test)}` holds, and `{value}` is "
                     "computed by each rank from its own data: ranks can disagree, and the ones that save wait for "
                     "the others (the job hangs)", f"decide on every rank alike: compute the test from "
                     f"{self.ctx.alias}.all_reduce({value}) (the mean over the ranks) in an `if` every rank reaches")
+
+    def _saving_helper(self, site: cst.CSTNode) -> cst.FunctionDef | None:
+        """The module-level function whose body runs ``site`` on every call (no test or loop in between)."""
+        for ancestor in self.q.ancestors(site):
+            if isinstance(ancestor, (cst.If, cst.While, cst.For, cst.Try, cst.With, cst.ClassDef, cst.Lambda)):
+                return None
+            if isinstance(ancestor, cst.FunctionDef):
+                return ancestor if isinstance(self.q.parent(ancestor), cst.Module) else None
+        return None
+
+    def _calls_of(self, name: str) -> list[cst.Call]:
+        return [c for c in self.q.index.of_type(self.ctx.module, cst.Call)
+                if isinstance(c.func, cst.Name) and c.func.value == name]
 
     def _guard(self, node: cst.CSTNode) -> tuple[cst.If | None, cst.CSTNode | None]:
         """The innermost ``if`` around ``node``, and the loop that holds it (the epoch loop of a best-so-far save)."""
@@ -72,6 +97,24 @@ class PaddleSaveCondition(Rule):
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 return None, None
         return None, None
+
+
+def _is_none_test(node: cst.BaseExpression) -> bool:
+    """``best is None`` / ``best is not None``: alike on every rank once every rank takes the same branches."""
+    return (isinstance(node, cst.Comparison) and isinstance(node.left, cst.Name) and all(
+        isinstance(c.operator, (cst.Is, cst.IsNot)) and isinstance(c.comparator, cst.Name)
+        and c.comparator.value == "None" for c in node.comparisons))
+
+
+def _agreeable(test: cst.BaseExpression) -> bool:
+    """A test the all-reduce makes every rank decide alike: comparisons, joined by ``and``/``or`` (``best is None
+    or val_loss < best``, ``acc > best and epoch > 0``). Each operand then reads the same on every rank (this
+    rank's figures all-reduced, counters and flags alike everywhere, a None test alike once every rank has
+    taken the same branches), so ``and``/``or`` stop at the same operand on every rank."""
+    if isinstance(test, cst.BooleanOperation):
+        return _agreeable(test.left) and _agreeable(test.right)
+    return isinstance(test, cst.Comparison) and not any(
+        isinstance(c.comparator, cst.BooleanOperation) for c in test.comparisons)
 
 
 def _derived(q, container: cst.CSTNode) -> set[str]:
@@ -117,6 +160,9 @@ class _MeanOverRanks(cst.CSTTransformer):
     def __init__(self, names: set[str], rule: Rule) -> None:
         super().__init__()
         self.names, self.rule = names, rule
+
+    def visit_Comparison(self, node: cst.Comparison) -> bool:
+        return not _is_none_test(node)  # ``best is None`` stays as it is (None has no mean)
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         return self.rule.dp_call("all_reduce", updated) if original.value in self.names else updated

@@ -30,7 +30,7 @@ class PaddleShardTrainingLoader(Rule):
     def finish(self) -> None:
         high_level = self.ctx.analysis(HighLevelModels)
         for loader in self.ctx.analysis(LoaderFlow).loaders:
-            fitted = loader.role == "unknown" and high_level.reads(loader, TRAINING_DATA)
+            fitted = loader.role != "train" and high_level.reads(loader, TRAINING_DATA)  # (a peeking loop: "eval")
             if loader.role == "unknown" and not fitted:
                 if high_level.reads(loader, EVALUATION_DATA):
                     self.report(loader.call, "note", f"DataLoader{_named(loader.name)} evaluated by a paddle.Model: "

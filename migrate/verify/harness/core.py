@@ -36,6 +36,7 @@ from pathlib import Path
 
 from .. import dumps
 from . import fingerprint
+from .children import end_children
 
 ENV_OUT = "DPMIGRATE_VERIFY_OUT"
 ENV_SCRIPT = "DPMIGRATE_VERIFY_SCRIPT"
@@ -287,7 +288,9 @@ def leave(recorder: Recorder) -> None:
             if all((recorder.out / f"done-{r}").exists() for r in range(recorder.world_size)):
                 break
             time.sleep(0.02)
+    end_children()
     os._exit(0)
+
 
 
 # --- activation -----------------------------------------------------------------------------------------
