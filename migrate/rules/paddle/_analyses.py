@@ -38,6 +38,8 @@ class HighLevelCall:
 # (method, position, keyword) of the data arguments; the first entry of each method trains for ``fit``
 TRAINING_DATA = {("fit", 0, "train_data")}
 EVALUATION_DATA = {("fit", 1, "eval_data"), ("evaluate", 0, "eval_data"), ("predict", 0, "test_data")}
+GATHERED_EVALUATION = {("fit", 1, "eval_data"), ("evaluate", 0, "eval_data")}  # metrics gathered over the ranks
+PREDICTION = {("predict", 0, "test_data")}
 
 
 class HighLevelModels:
@@ -140,7 +142,11 @@ class HighLevelModels:
             if arg.value is loader.call:
                 return True
             if loader.name and isinstance(arg.value, cst.Name) and arg.value.value == loader.name:
-                return True
+                # the binding the argument reads is this loader's (a name rebound to another loader later,
+                # ``test_loader = DataLoader(...)`` for evaluate, then again for predict, is two loaders)
+                reaching = self.ctx.analysis(Bindings).reaching(arg.value, loader.name)
+                if reaching is None or reaching is self.q.statement_of(loader.call):
+                    return True
         return False
 
 
@@ -153,3 +159,22 @@ def training_loaders(ctx) -> list[Loader]:
         loader for loader in ctx.analysis(LoaderFlow).loaders
         if (loader.role == "train" or high_level.reads(loader, TRAINING_DATA)) and not own_sampling(loader)
     ]
+
+
+def evaluated_by_a_model(ctx, loader: Loader) -> bool:
+    """A DataLoader a ``paddle.Model`` evaluates (``evaluate``, ``fit(eval_data=)``), to shard as it shards a
+    Dataset: under a launcher it gathers the metrics of every rank and drops the padding of the
+    ``DistributedBatchSampler`` it would have used, so a whole loader on every rank counts each sample N
+    times (measured: "Eval samples: 688" for 400, accuracy 0.6349 for 0.6486); sharded the same way, the
+    metrics are the original's. Only when the model has metrics (``prepare(..., metrics=)``): the loss it
+    reports is each rank's own, exact over a whole loader. Not one ``predict`` reads too (it does not gather: it would return rank
+    0's share), one trained on, or one a loop of the file evaluates (``paddle-evaluation-loader``) unless
+    that loop only peeks at a batch (``break``)."""
+    high_level = ctx.analysis(HighLevelModels)
+    if loader.role == "train" or not high_level.reads(loader, GATHERED_EVALUATION) or own_sampling(loader):
+        return False
+    if not high_level.data_arguments({("prepare", 2, "metrics")}):
+        return False  # no metric to gather: the loss it reports is this rank's, exact when the loader is whole
+    if high_level.reads(loader, PREDICTION) or high_level.reads(loader, TRAINING_DATA):
+        return False
+    return all(ctx.query.index.of_type(loop.node, cst.Break) for loop in loader.loops)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...codemod.loaders import Loader
 from ..common.evaluation_loader import EvaluationLoader
-from ._analyses import TRAINING_DATA, HighLevelModels
+from ._analyses import TRAINING_DATA, HighLevelModels, evaluated_by_a_model
 
 
 class PaddleEvaluationLoader(EvaluationLoader):
@@ -26,5 +26,7 @@ class PaddleEvaluationLoader(EvaluationLoader):
 
     def evaluates(self, loader: Loader) -> bool:
         """Not a loader a ``paddle.Model.fit`` trains on, though a loop peeks at it (``for x, y in loader(): ...;
-        break``): the training-loader rule shards that one (the issue 19 audit's recommender notebook)."""
-        return super().evaluates(loader) and not self.ctx.analysis(HighLevelModels).reads(loader, TRAINING_DATA)
+        break``): the training-loader rule shards that one (the issue 19 audit's recommender notebook), as it
+        shards one a ``paddle.Model`` evaluates after such a peek."""
+        return (super().evaluates(loader) and not self.ctx.analysis(HighLevelModels).reads(loader, TRAINING_DATA)
+                and not evaluated_by_a_model(self.ctx, loader))

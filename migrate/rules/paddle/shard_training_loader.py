@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...codemod.loaders import LoaderFlow, own_sampling
 from ...codemod.rule import Rule
-from ._analyses import EVALUATION_DATA, TRAINING_DATA, HighLevelModels
+from ._analyses import EVALUATION_DATA, TRAINING_DATA, HighLevelModels, evaluated_by_a_model
 
 
 class PaddleShardTrainingLoader(Rule):
@@ -20,8 +20,9 @@ class PaddleShardTrainingLoader(Rule):
     functions; or when it is the training data of a ``paddle.Model``'s ``fit`` (the high-level API shards
     a Dataset by itself, but reads a DataLoader whole on every rank: measured with Paddle 3.3.1).
     Leaves alone: loaders with their own ``batch_sampler=`` (declined: shard it by hand); loaders whose
-    batches cannot be followed (declined); evaluation loaders (``paddle-evaluation-loader``; those handed
-    to ``evaluate``/``predict`` are read whole by every rank: noted); static-graph files.
+    batches cannot be followed (declined); evaluation loaders (``paddle-evaluation-loader``); those handed to
+    ``predict`` (read whole by every rank: noted); static-graph files. A loader handed to ``evaluate`` (or
+    ``fit(eval_data=)``) is sharded as the high-level API shards a Dataset (see ``evaluated_by_a_model``).
     """
 
     name = "paddle-shard-training-loader"
@@ -31,6 +32,13 @@ class PaddleShardTrainingLoader(Rule):
         high_level = self.ctx.analysis(HighLevelModels)
         for loader in self.ctx.analysis(LoaderFlow).loaders:
             fitted = loader.role != "train" and high_level.reads(loader, TRAINING_DATA)  # (a peeking loop: "eval")
+            if evaluated_by_a_model(self.ctx, loader):
+                self.ctx.plan.replace(loader.call, lambda updated: self.dp_call("distributed_loader", updated))
+                self.report(loader.call, "change", f"DataLoader{_named(loader.name)} evaluated by a paddle.Model: "
+                            "sharded as paddle.Model shards a Dataset (dp.distributed_loader, DistributedBatchSampler): "
+                            "it gathers every rank's outputs for the metrics and drops the padding, so they are the "
+                            "original's (left whole, each sample would count N times); its loss is this rank's share's")
+                continue
             if loader.role == "unknown" and not fitted:
                 if high_level.reads(loader, EVALUATION_DATA):
                     self.report(loader.call, "note", f"DataLoader{_named(loader.name)} evaluated by a paddle.Model: "
