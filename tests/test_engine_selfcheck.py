@@ -208,3 +208,24 @@ def test_every_fixture_passes_the_engines_own_checks(before):
         again = convert(result.output, "after.py", options(before.parent))
         errors = [f.message for f in again.findings if f.severity == "error"]
         assert len(errors) <= len([f for f in result.findings if f.severity == "error"]), errors
+
+
+def test_a_loop_calling_its_sharded_loader_variable_is_covered_and_one_over_a_plain_generator_is_not():
+    """Paddle's `for data in loader():` calls the loader variable: the coverage check read only the arguments of
+    calls, found no data there and declined a loop whose loader was sharded (issue 19 audit)."""
+    source = '''\
+        import paddle
+        loader = {loader}
+        model = paddle.nn.Linear(4, 1)
+        opt = paddle.optimizer.SGD(parameters=model.parameters())
+        for data in loader():
+            model(data).mean().backward()
+            opt.step()
+            opt.clear_grad()
+        '''
+    sharded = convert_text(source.format(loader="paddle.io.DataLoader(dataset, batch_size=8)"))
+    assert "dp.distributed_loader(" in sharded.output.decode()
+    assert not [f for f in sharded.findings if f.rule == "coverage"]
+    plain = convert_text("def make_batches():\n    yield paddle.ones([8, 4])\n" + textwrap.dedent(
+        source.format(loader="make_batches")))
+    assert [f.severity for f in plain.findings if f.rule == "coverage"] == ["declined"]

@@ -1,5 +1,6 @@
 """local-stop: a break decided by this rank's own loss is declined with the all-ranks fix (a public regression example)."""
 
+import pytest
 from rule_testing import convert_text, findings_of
 
 LOOP = """
@@ -55,3 +56,31 @@ def test_a_counter_the_loop_steps_by_one_is_the_same_on_every_rank():
                     break
     """)
     assert not findings_of(result, "local-stop") and "all_reduce" not in result.output.decode()
+
+
+SIZE_STOP = '''\
+    import numpy as np
+    import paddle
+    batch_size = 32
+    loader = paddle.io.DataLoader(dataset, batch_size=batch_size, shuffle=True)
+    model = paddle.nn.Linear(4, 1)
+    opt = paddle.optimizer.SGD(parameters=model.parameters())
+    for {target} in {iterable}:
+        data = np.array(data)
+        if data.shape[1] < batch_size:
+            break
+        model(paddle.to_tensor(data[:4].T)).mean().backward()
+        opt.step()
+        opt.clear_grad()
+    '''
+
+
+@pytest.mark.parametrize("target,iterable", [("step, data", "enumerate(loader())"), ("data", "loader()")])
+def test_a_break_on_the_size_of_this_ranks_batch_is_declined_not_all_reduced(target, iterable):
+    """An awesome-DeepLearning LSTM script (issue 19 audit): the rule made `dp.all_reduce(data).shape[1]` of a
+    (5, B) array, which failed on 2 ranks; under --batch global the test stopped every rank at the first step."""
+    for batch in ("per-device", "global"):
+        result = convert_text(SIZE_STOP.format(target=target, iterable=iterable), batch=batch)
+        assert "all_reduce" not in result.output.decode()
+        [declined] = findings_of(result, "local-stop", "declined")
+        assert "size of this rank's batch" in declined.message and "drop_last=True" in declined.fix

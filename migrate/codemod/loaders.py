@@ -284,6 +284,13 @@ class _ClassLoop(Loop):
     cls: cst.ClassDef | None = None
 
 
+def evaluating_loops(query: Query, loader: Loader) -> list[Loop]:
+    """The loops reading a training loader that do not train: a function that makes loaders, called for the
+    training set and for the validation set (``get_dataloader(ds, bs, mode)``), shards both with its one
+    ``DataLoader(...)``, so those loops evaluate this rank's share."""
+    return [loop for loop in loader.loops if not _loop_trains(query, loop)] if loader.role == "train" else []
+
+
 def _loop_trains(query: Query, loop: Loop) -> bool:
     if query.trains(loop.node.body):
         return True

@@ -175,8 +175,13 @@ class _Coverage:
         if self._inside(loop.iter) or self._inside(loop.target):
             return True
         functions = self.q.module_functions()
-        if any(name in functions and self._inside(functions[name]) for name in _called_functions(loop.iter)):
+        called = _called_functions(loop.iter)
+        if any(name in functions and self._inside(functions[name]) for name in called):
             return True  # a loader-making function of this file: its findings speak about what it returns
+        function = self.q.function_of(loop)
+        if any(self._inside(assign) for name in called if name not in functions
+               for assign, _ in self._assignments(name, function)):
+            return True  # Paddle's `for x in loader():` calls the loader variable a finding made (or spoke about)
         return self._defined_with_a_finding(loop.iter, loop, depth=0)
 
     def speaks_about_name(self, name: str, at: cst.CSTNode) -> bool:

@@ -17,7 +17,8 @@ class LocalStop(Rule):
     Example:  if loss.item() < 1e-3:  ->  if dp.all_reduce(loss).item() < 1e-3:
     (the mean over the ranks: the global batch's loss, so one process and N ranks stop alike).
     Declined, with that fix: a test that is not a plain comparison directly in the loop's body (an
-    ``and``/``or`` could skip the all-reduce on some ranks).
+    ``and``/``or`` could skip the all-reduce on some ranks). Declined, with ``drop_last=True`` as the fix: a test
+    of the batch's size (``if data.shape[1] < batch_size: break``), which sharding changes on every rank.
     Leaves alone: conditions on flags and counters set outside the loop (``if args.dry_run: break``), counters
     the loop steps by a constant (``step += 1``: the same on every rank), and rank conditions
     (``rank-divergent-code`` reports those).
@@ -31,12 +32,25 @@ class LocalStop(Rule):
             return
         if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None:
             return
-        computed = (set().union(*(self.q.assigned_names(s) for s in _statements(loop.body))) - _loop_targets(loop)
-                    - _counters(loop))
+        assigned = set().union(*(self.q.assigned_names(s) for s in _statements(loop.body)))
+        computed = assigned - _loop_targets(loop) - _counters(loop)
+        batches = self.q.names_in(guard.test) & ((computed | _loop_targets(loop)) - _counters(loop))
         read = self.q.names_in(guard.test) & computed
+        if not batches:
+            return
+        value = sorted(read or batches)[0]
+        if self._sizes_only(guard.test, batches):  # (the batch itself too: `for data in loader():` ... len(data))
+            self.report(
+                node, "declined",
+                f"this `break` tests the size of this rank's batch (`{self.code(guard.test)}`): once the loader is "
+                "sharded each rank's batches are its share (under --batch global, dp.per_rank_batch_size(...) "
+                "samples), so the test can stop one rank and not the others, or every rank at the first step",
+                "drop a short last batch with the loader's drop_last=True instead of this test, and compare "
+                "shapes with this rank's batch size (dp.per_rank_batch_size(...) under --batch global)",
+            )
+            return
         if not read:
             return
-        value = sorted(read)[0]
         if self._agreeable(loop, guard, read):
             self.ctx.plan.replace(guard.test, lambda test: test.visit(_AllRanks(read, self)))
             self.report(
@@ -51,6 +65,19 @@ class LocalStop(Rule):
             "different steps, and the others then wait for this rank's gradients",
             f"decide on every rank alike, e.g. test dp.all_reduce({value}) (the mean over the ranks) instead of `{value}`",
         )
+
+    def _sizes_only(self, test: cst.BaseExpression, read: set[str]) -> bool:
+        """Every read of ``read`` in ``test`` asks its size (``data.shape[1]``, ``len(batch)``, ``x.size``), not a
+        value: no mean over the ranks makes sense of that (the all-reduce of an array failed, issue 19 audit)."""
+        for name in (n for n in self.q.index.of_type(test, cst.Name) if n.value in read):
+            parent = self.q.parent(name)
+            if isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value in _SIZES:
+                continue
+            call = self.q.parent(parent) if isinstance(parent, cst.Arg) else None
+            if isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == "len":
+                continue
+            return False
+        return True
 
     def _agreeable(self, loop, guard: cst.If, read: set[str]) -> bool:
         """The test can be made the same on every rank: a plain comparison, in an ``if`` every rank
@@ -69,6 +96,9 @@ class LocalStop(Rule):
             if isinstance(ancestor, (cst.For, cst.While)):
                 return ancestor, guard
         return None, None
+
+
+_SIZES = frozenset({"shape", "size", "ndim", "numel"})
 
 
 def _statements(block: cst.BaseSuite):

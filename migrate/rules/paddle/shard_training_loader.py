@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ...codemod.loaders import LoaderFlow, own_sampling
 from ...codemod.rule import Rule
+from ..common.evaluated_share import evaluated_share_note
 from ._analyses import EVALUATION_DATA, TRAINING_DATA, HighLevelModels, evaluated_by_a_model
 
 
@@ -65,6 +66,7 @@ class PaddleShardTrainingLoader(Rule):
                 self.report(loader.call, "change", f"training DataLoader{_named(loader.name)} ({how}) sharded: "
                             "dp.distributed_loader gives each rank a disjoint part (DistributedBatchSampler)",
                             effect="shard")
+                evaluated_share_note(self, loader)
 
 
 def _named(name: str | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ...codemod.loaders import LoaderFlow, own_sampling
 from ...codemod.rule import Rule
+from ..common.evaluated_share import evaluated_share_note
 
 
 class ShardTrainingLoader(Rule):
@@ -46,8 +47,8 @@ class ShardTrainingLoader(Rule):
                 self.ctx.plan.replace(loader.call, lambda updated: self.dp_call("distributed_loader", updated))
                 self.report(loader.call, "change", f"training DataLoader{_named(loader.name)} sharded: "
                             "dp.distributed_loader gives each rank a disjoint part", effect="shard")
+                evaluated_share_note(self, loader)
 
 
 def _named(name: str | None) -> str:
     return f" `{name}`" if name else ""
-
