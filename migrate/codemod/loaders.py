@@ -64,8 +64,28 @@ class LoaderFlow:
         """(qualified function name, return position) of functions of the local ``modules`` whose result
         a training loop of this file reads: ``train_loader, _ = data.get_loaders()`` then
         ``for x in train_loader: ...``. Only calls into those modules are looked at (cheaply)."""
+        found = {(qualified, position) for qualified, position, _, loops in self._imported_returns(modules)
+                 if any(_loop_trains(self.query, loop) for loop in loops)}
+        return sorted(found)
+
+    def imported_evaluated_shares(self, modules: tuple[str, ...]) -> list[tuple[cst.Call, Loop]]:
+        """Calls of a local module's function whose result only loops that do not train read, while another
+        call of it feeds training: ``val_loader = get_dataloader(val_set, mode='test')`` beside the training
+        call. That module's one ``DataLoader(...)`` is sharded for training, so those loops evaluate this
+        rank's share (the cross-file form of :func:`evaluating_loops`)."""
+        returns = self._imported_returns(modules)
+        training = {(q, p) for q, p, _, loops in returns if any(_loop_trains(self.query, loop) for loop in loops)}
+        shares = []
+        for qualified, position, call, loops in returns:
+            if (qualified, position) in training and loops and not any(_loop_trains(self.query, loop) for loop in loops):
+                shares.append((call, loops[0]))
+        return shares
+
+    def _imported_returns(self, modules: tuple[str, ...]) -> list[tuple[str, int, cst.Call, list[Loop]]]:
+        """(qualified function, return position, call, loops reading that value) for ``x = f()`` and
+        ``a, b = f()`` of a name imported from the local ``modules``."""
         query = self.query
-        found: list[tuple[str, int]] = []
+        found: list[tuple[str, int, cst.Call, list[Loop]]] = []
         if not modules:
             return found
         roots = _names_imported_from(query.module, set(modules))
@@ -77,13 +97,10 @@ class LoaderFlow:
                 continue
             names = [n for module in modules for n in query.index.qualified_names_under(call.func, module)
                      if "." in n]
-            if not names:
-                continue
             for position, name in targets:
                 loops = _loops_over(query, _scope(query, call), name, 0)
-                if any(_loop_trains(query, loop) for loop in loops):
-                    found.extend((qualified.lstrip("."), position) for qualified in names)
-        return sorted(set(found))
+                found.extend((qualified.lstrip("."), position, call, loops) for qualified in names)
+        return found
 
     def sharded_training(self) -> list[Loader]:
         """Training loaders that can be sharded: not those with a sampler of their own (declined)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...codemod.loaders import evaluating_loops
+from ...codemod.loaders import LoaderFlow, evaluating_loops
 
 
 def evaluated_share_note(rule, loader) -> None:
@@ -14,3 +14,17 @@ def evaluated_share_note(rule, loader) -> None:
                     "sharded with it, each rank evaluates its own share there, so what that loop prints is this "
                     "rank's figure, not the whole set's", "build the evaluation loader apart (left whole on every "
                     "rank), or add up that loop's sums over the ranks (dp.all_reduce(total, op=\"sum\"))")
+
+
+def imported_share_notes(rule) -> None:
+    """The same note where the loader-making function lives in a local module (``dataset.get_dataloader``,
+    converted with the script so that its one ``DataLoader(...)`` is sharded): said at this file's call that
+    feeds the loop that does not train (PaddleViT's ResNet-18 class: its validation printed rank 0's half)."""
+    flow = rule.ctx.analysis(LoaderFlow)
+    for call, loop in flow.imported_evaluated_shares(rule.ctx.options.local_modules):
+        line = rule.ctx.positions[loop.node].start.line
+        rule.report(call, "note", "this loader comes from the same local function as the training loader, whose "
+                    f"DataLoader(...) is sharded for training: the loop reading it (line {line}) does not train, "
+                    "so each rank evaluates its own share there and what that loop prints is this rank's figure, "
+                    "not the whole set's", "build the evaluation loader apart (left whole on every rank), or add "
+                    "up that loop's sums over the ranks (dp.all_reduce(total, op=\"sum\"))")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...codemod.loaders import LoaderFlow, own_sampling
 from ...codemod.rule import Rule
-from ..common.evaluated_share import evaluated_share_note
+from ..common.evaluated_share import evaluated_share_note, imported_share_notes
 from ._analyses import EVALUATION_DATA, TRAINING_DATA, HighLevelModels, evaluated_by_a_model
 
 
@@ -67,6 +67,7 @@ class PaddleShardTrainingLoader(Rule):
                             "dp.distributed_loader gives each rank a disjoint part (DistributedBatchSampler)",
                             effect="shard")
                 evaluated_share_note(self, loader)
+        imported_share_notes(self)
 
 
 def _named(name: str | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...codemod.loaders import LoaderFlow, own_sampling
 from ...codemod.rule import Rule
-from ..common.evaluated_share import evaluated_share_note
+from ..common.evaluated_share import evaluated_share_note, imported_share_notes
 
 
 class ShardTrainingLoader(Rule):
@@ -48,6 +48,7 @@ class ShardTrainingLoader(Rule):
                 self.report(loader.call, "change", f"training DataLoader{_named(loader.name)} sharded: "
                             "dp.distributed_loader gives each rank a disjoint part", effect="shard")
                 evaluated_share_note(self, loader)
+        imported_share_notes(self)
 
 
 def _named(name: str | None) -> str:
