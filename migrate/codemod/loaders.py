@@ -20,6 +20,7 @@ from typing import Literal
 import libcst as cst
 
 from . import patterns as m
+from .bindings import Bindings
 from .flow import attribute_assigned_from, callers, method, module_classes, parameter_for, receiver, returned_at, self_attribute
 from .query import Query, body_statements
 
@@ -58,7 +59,7 @@ class LoaderFlow:
     def __init__(self, ctx) -> None:
         self.query = ctx.query
         hints = {(f, p): role for f, p, role in getattr(ctx.options, "returned_roles", ())}
-        self.loaders = find_loaders(ctx.query, hints)
+        self.loaders = find_loaders(ctx.query, hints, ctx.analysis(Bindings))
 
     def imported_training_returns(self, modules: tuple[str, ...]) -> list[tuple[str, int]]:
         """(qualified function name, return position) of functions of the local ``modules`` whose result
@@ -112,15 +113,19 @@ def own_sampling(loader: Loader) -> list[str]:
     return [a.keyword.value for a in loader.call.args if a.keyword and a.keyword.value in OWN_SAMPLING]
 
 
-def find_loaders(query: Query, hints: dict[tuple[str, int], str] | None = None) -> list[Loader]:
+def find_loaders(query: Query, hints: dict[tuple[str, int], str] | None = None,
+                 bindings: Bindings | None = None) -> list[Loader]:
     """Every loader construction (by qualified name) with the loops that read it and its role.
 
-    ``hints`` ((function, return position) -> role) decide loaders this file returns to another.
+    ``hints`` ((function, return position) -> role) decide loaders this file returns to another. With
+    ``bindings``, a loop reading the loader's name reads this loader only if that read sees its assignment.
     """
     loaders = []
     for call in query.findall(query.module, m.Call()):
         if query.is_call_to(call, query.vocabulary.data_loaders):
             name, loops = _consumers(query, call)
+            if name is not None and bindings is not None:
+                loops = _reading_this_binding(query, bindings, call, name, loops)
             hinted = _hinted_role(query, call, name, hints) if hints and not loops else None
             if hinted is not None:
                 role: Role = hinted
@@ -154,6 +159,24 @@ def _consumers(query: Query, call: cst.Call) -> tuple[str | None, list[Loop]]:
         return None, []
     name = assign.targets[0].target.value
     return name, _loops_over(query, _scope(query, call), name, 0)
+
+
+def _reading_this_binding(query: Query, bindings: Bindings, call: cst.Call, name: str, loops: list[Loop]) -> list[Loop]:
+    """The loops that read the name's binding made by ``call``'s statement: not a loop over a later loader bound to
+    the same name, nor one inside a function whose own variable of that name it reads (the autoencoder tutorial:
+    ``data_reader`` trains in ``train()``, then a module-level ``data_reader`` with ``batch_size=1`` scores every
+    sample; taken for a training loader, its batch size 1 was split over the ranks and failed). A loop whose read
+    cannot be told, or that reads a parameter the loader was passed as, stays."""
+    statement = query.statement_of(call)
+    scope = _scope(query, call)
+    kept = []
+    for loop in loops:
+        if loop.variable == name and loop.scope is scope:  # (not one reached through a caller or a parameter)
+            seen = bindings.reachings(loop.node, name)
+            if seen is not None and statement not in seen:
+                continue
+        kept.append(loop)
+    return kept
 
 
 def _loops_over(query: Query, scope: cst.CSTNode, name: str, depth: int) -> list[Loop]:

@@ -1,0 +1,70 @@
+"""A loader's loops are the ones that read its binding of the name, not every loop over that name.
+
+The Paddle autoencoder tutorial (issue 19 audit): ``data_reader`` is the training loader inside ``train()``; after
+training, a module-level ``data_reader = DataLoader(ds, batch_size=1)`` scores every sample. Its name matched the
+training loop's, so it was taken for a training loader: sharded, its batch size 1 split over the ranks (the
+2-rank run failed under ``--batch global``) and its figure this rank's. The same with one name rebound in one
+scope, in torch too.
+"""
+
+from __future__ import annotations
+
+import pytest
+from rule_testing import convert_text, findings_of
+
+SHADOWED = '''\
+    import {framework}
+    from {loader_module} import DataLoader
+
+    def train(ds):
+        model = {linear}
+        opt = {optimizer}
+        data_reader = DataLoader(ds, batch_size=16, shuffle=True)
+        for x, y in data_reader:
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+        return model
+
+    model = train(DS)
+    total_loss = []
+    data_reader = DataLoader(DS, batch_size=1, shuffle=False)
+    for x, y in data_reader:
+        total_loss.append(float(((model(x) - y) ** 2).mean()))
+    print(max(total_loss))
+    '''
+REBOUND = '''\
+    import {framework}
+    from {loader_module} import DataLoader
+
+    model = {linear}
+    opt = {optimizer}
+    loader = DataLoader(DS, batch_size=16, shuffle=True)
+    for x, y in loader:
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+    scores = []
+    loader = DataLoader(DS, batch_size=1)
+    for x, y in loader:
+        scores.append(float(((model(x) - y) ** 2).mean()))
+    '''
+FRAMEWORKS = {
+    "torch": dict(framework="torch", loader_module="torch.utils.data", linear="torch.nn.Linear(4, 4)",
+                  optimizer="torch.optim.SGD(model.parameters(), lr=0.1)"),
+    "paddle": dict(framework="paddle", loader_module="paddle.io", linear="paddle.nn.Linear(4, 4)",
+                   optimizer="paddle.optimizer.SGD(parameters=model.parameters())"),
+}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("script", [SHADOWED, REBOUND], ids=["shadowed-in-a-function", "rebound"])
+def test_the_scoring_loader_after_training_is_left_whole_and_only_the_training_one_is_split(framework, script):
+    result = convert_text(script.format(**FRAMEWORKS[framework]), batch="global")
+    out = result.output.decode()
+    assert out.count("dp.distributed_loader(") == 1, out
+    assert "dp.distributed_loader(DataLoader(ds, batch_size=dp.per_rank_batch_size(16)" in out.replace("DS", "ds"), out
+    assert "batch_size=1" in out and "per_rank_batch_size(1)" not in out, out
+    prefix = "" if framework == "torch" else "paddle-"
+    [note] = findings_of(result, f"{prefix}evaluation-loader", "note")
+    assert "left whole" in note.message
