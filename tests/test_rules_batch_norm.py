@@ -134,3 +134,56 @@ def test_a_keras_custom_loop_is_declined_as_its_layers_would_have_no_replicas_to
     assert "synchronized=True" not in result.output.decode()
     [declined] = findings_of(result, "batch-norm", "declined")
     assert "its own loop (opt.apply_gradients(...))" in declined.message and "model.fit" in declined.fix
+
+
+LIBRARY_MODELS = {
+    "torch": """
+import torch
+import torchvision
+
+model = torchvision.models.resnet18(num_classes=10)
+head = torchvision.models.alexnet()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in torch.utils.data.DataLoader(DATA, batch_size=2):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+""",
+    "paddle": """
+import paddle
+from paddle.vision.models import resnet18, vgg16
+
+net = resnet18(num_classes=2)
+plain = vgg16()
+with_bn = vgg16(batch_norm=True)
+model = paddle.Model(net)
+model.prepare(paddle.optimizer.Adam(parameters=net.parameters()), paddle.nn.CrossEntropyLoss())
+model.fit(DATA, batch_size=4)
+""",
+    "tensorflow": """
+import tensorflow as tf
+
+model = tf.keras.applications.MobileNetV2(weights=None, classes=10)
+other = tf.keras.applications.VGG16(weights=None)
+model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+model.fit(X, Y, batch_size=4)
+""",
+}
+EXPECTED = {"torch": "(the layers of resnet18(...))", "paddle": "(the layers of resnet18(...), the layers of vgg16(...))",
+            "tensorflow": "(the layers of MobileNetV2(...))"}
+
+
+def test_a_library_model_built_of_batch_normalisation_layers_is_noted_like_the_layers():
+    """The issue 19 audit's landmark tutorial: a paddle.vision ResNet under paddle.Model trained 2e-3 apart from
+    one process with nothing said (its layers are in the library, not the script). Models without such layers
+    (alexnet, a plain vgg16, VGG16) are not named."""
+    for framework, script in LIBRARY_MODELS.items():
+        [note] = findings_of(convert_text(script, batch="global"), "batch-norm", "note")
+        assert f"batch normalisation {EXPECTED[framework]}: launched" in note.message, (framework, note.message)
+
+
+def test_sync_batchnorm_declines_a_keras_application_it_cannot_give_synchronized_true():
+    result = convert_text(LIBRARY_MODELS["tensorflow"], sync_batchnorm=True)
+    [declined] = findings_of(result, "batch-norm", "declined")
+    assert "MobileNetV2(...) builds its batch normalisation layers itself" in declined.message
+    assert "synchronized" not in result.output.decode()

@@ -57,6 +57,10 @@ class Vocabulary:
     tensor_packages: tuple[str, ...] = ()
     object_prefixes: tuple[str, ...] = ()
     batchnorm_classes: frozenset[str] = frozenset()  # batch normalisation layers (their statistics become per rank)
+    # library models built of such layers (``paddle.vision.models.resnet18``, Keras applications), and those that
+    # are only when given a keyword (Paddle's ``vgg16(batch_norm=True)``): their layers are not in the script
+    batchnorm_models: frozenset[str] = frozenset()
+    batchnorm_models_with: tuple[tuple[str, str], ...] = ()
     # how --sync-batchnorm synchronises them: "strategy" (dp.init(dp.Strategy(sync_batchnorm=True)): the runtime
     # converts every wrapped model's layers, where the framework runs its synchronised ones), or the keyword the
     # layers' constructor takes ("synchronized" for Keras); "" when dpmigrate knows no way

@@ -10,15 +10,37 @@ from ...codemod.rule import Rule
 
 
 class BatchNormLayers:
-    """The calls that build the framework's batch normalisation layers in a training script (none elsewhere)."""
+    """The calls that build the framework's batch normalisation layers in a training script (none elsewhere), and
+    those that build a library model made of them (``resnet18()``: the issue 19 audit's landmark tutorial trained
+    a ``paddle.vision`` ResNet on 2 ranks, 2e-3 from one process, with nothing said)."""
 
     def __init__(self, ctx) -> None:
         q = ctx.query
-        classes = q.vocabulary.batchnorm_classes
+        vocabulary = q.vocabulary
         self.sites: list[cst.Call] = []
-        if classes and q.is_training_script():
-            self.sites = [c for c in q.index.of_type(ctx.module, cst.Call)  # not the layer's call: `BatchNormalization()(h)`
-                          if not isinstance(c.func, cst.Call) and q.is_call_to(c, classes)]
+        self.models: set[int] = set()  # ids of the sites that build a library model
+        if not vocabulary.batchnorm_classes or not q.is_training_script():
+            return
+        models = vocabulary.batchnorm_models
+        flagged = dict(vocabulary.batchnorm_models_with)
+        for call in q.index.of_type(ctx.module, cst.Call):
+            if isinstance(call.func, cst.Call):  # the layer's call, `BatchNormalization()(h)`
+                continue
+            if q.is_call_to(call, vocabulary.batchnorm_classes):
+                self.sites.append(call)
+            elif (models and q.is_call_to(call, models)) or (flagged and _flagged(q, call, flagged)):
+                self.sites.append(call)
+                self.models.add(id(call))
+
+
+def _flagged(q, call: cst.Call, flagged: dict[str, str]) -> bool:
+    """A call of a model that has batch normalisation when given ``keyword=True`` (``vgg16(batch_norm=True)``)."""
+    names = q.qualified_names(call.func)
+    for name in names & flagged.keys():
+        given = argument(call, None, flagged[name])
+        if given is not None and not (isinstance(given.value, cst.Name) and given.value.value in ("False", "None")):
+            return True
+    return False
 
 
 class BatchNormStatistics(Rule):
@@ -44,17 +66,18 @@ class BatchNormStatistics(Rule):
     about_training = False
 
     def finish(self) -> None:
-        sites = self.ctx.analysis(BatchNormLayers).sites
+        layers = self.ctx.analysis(BatchNormLayers)
+        sites = layers.sites
         if not sites:
             return
-        names = list(dict.fromkeys(self._name(c) for c in sites))
+        names = list(dict.fromkeys(self._name(c, layers) for c in sites))
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
         how = self.vocabulary.sync_batchnorm if self.ctx.options.sync_batchnorm else None
         if how == "strategy":
             self._through_the_strategy(sites[0], shown)
             return
         if how:
-            self._synchronise(sites, how)
+            self._synchronise(sites, how, layers)
             return
         share = "B/N samples" if self.ctx.options.batch == "global" else "its own batch of B"
         unsupported = " (--sync-batchnorm: dpmigrate knows no synchronised form for this framework)" \
@@ -83,7 +106,7 @@ class BatchNormStatistics(Rule):
             "dp.Strategy(sync_batchnorm=True) in dp.init): on GPUs; where the framework has no synchronised "
             "batch normalisation (the CPU) the launched job stops at dp.distributed_model saying so"))
 
-    def _synchronise(self, sites: list[cst.Call], keyword: str) -> None:
+    def _synchronise(self, sites: list[cst.Call], keyword: str, layers: BatchNormLayers) -> None:
         """Give each layer ``keyword=True`` (Keras: ``synchronized=True``) unless it says otherwise already; decline
         in a file whose hand-written training step runs outside the replicas (nothing to synchronise with)."""
         outside = [c for c in self.q.index.of_type(self.ctx.module, cst.Call)
@@ -98,18 +121,25 @@ class BatchNormStatistics(Rule):
                 "the difference")
             return
         for call in sites:
+            if id(call) in layers.models:
+                self.report(call, "declined", (
+                    f"--sync-batchnorm: {self.code(call.func)}(...) builds its batch normalisation layers itself, "
+                    f"where {keyword}=True cannot be given: they stay per rank"),
+                    f"build the model from layers given {keyword}=True, or accept the difference")
+                continue
             if argument(call, None, keyword) is not None or any(a.star for a in call.args):
                 continue  # the script chose (or may choose, through **kwargs); a second run changes nothing
             fused = argument(call, None, "fused")
             if fused is not None and not (isinstance(fused.value, cst.Name) and fused.value.value in ("False", "None")):
-                self.report(call, "declined", f"batch normalisation {self._name(call)} with fused={self.code(fused.value)}"
-                            f": the fused kernel cannot be synchronised", f"drop fused= and add {keyword}=True")
+                self.report(call, "declined", f"batch normalisation {self._name(call, layers)} with "
+                            f"fused={self.code(fused.value)}: the fused kernel cannot be synchronised",
+                            f"drop fused= and add {keyword}=True")
                 continue
             new = cst.Arg(keyword=cst.Name(keyword), value=cst.Name("True"),
                           equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                                                 whitespace_after=cst.SimpleWhitespace("")))
             self.ctx.plan.replace(call, lambda updated, new=new: appended(updated, new))
-            self.report(call, "change", f"{self._name(call)}: {keyword}=True (--sync-batchnorm): normalises over the "
+            self.report(call, "change", f"{self._name(call, layers)}: {keyword}=True (--sync-batchnorm): normalises over the "
                         "whole batch of every rank, as one process over the original's batch")
 
     def _in_train_step(self, node: cst.CSTNode) -> bool:
@@ -117,8 +147,11 @@ class BatchNormStatistics(Rule):
         function = self.q.function_of(node)
         return function is not None and function.name.value == "train_step"
 
-    def _name(self, call: cst.Call) -> str:
-        """``bn1`` of ``self.bn1 = nn.BatchNorm2d(64)``, else the class (``BatchNorm2d``)."""
+    def _name(self, call: cst.Call, layers: BatchNormLayers) -> str:
+        """``bn1`` of ``self.bn1 = nn.BatchNorm2d(64)``, else the class (``BatchNorm2d``); a library model's
+        are ``the layers of resnet18(...)``."""
+        if id(call) in layers.models:
+            return f"the layers of {self.code(call.func).rsplit('.', 1)[-1]}(...)"
         statement = self.q.statement_of(call)
         if (isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Assign)
                 and statement.body[0].value is call):

@@ -54,6 +54,16 @@ from .training_averages import PaddleTrainingAverages
 from .visualdl import PaddleVisualDL
 
 _DISTRIBUTED = "paddle.distributed"
+# paddle.vision.models built of BatchNorm2D layers (Paddle 3.3: resnet.py, mobilenetv*.py, densenet.py,
+# inceptionv3.py, shufflenetv2.py; not LeNet, AlexNet, SqueezeNet, GoogLeNet)
+_BATCHNORM_MODELS = (
+    "ResNet", *(f"resnet{d}" for d in (18, 34, 50, 101, 152)),
+    *(f"resnext{v}" for v in ("50_32x4d", "50_64x4d", "101_32x4d", "101_64x4d", "152_32x4d", "152_64x4d")),
+    "wide_resnet50_2", "wide_resnet101_2", "MobileNetV1", "mobilenet_v1", "MobileNetV2", "mobilenet_v2",
+    "MobileNetV3Small", "MobileNetV3Large", "mobilenet_v3_small", "mobilenet_v3_large",
+    "DenseNet", *(f"densenet{d}" for d in (121, 161, 169, 201, 264)), "InceptionV3", "inception_v3",
+    "ShuffleNetV2", *(f"shufflenet_v2_{v}" for v in ("x0_25", "x0_33", "x0_5", "x1_0", "x1_5", "x2_0", "swish")),
+)
 _COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_object", "alltoall", "alltoall_single", "broadcast",
     "broadcast_object_list", "barrier", "reduce", "reduce_scatter", "scatter", "scatter_object_list", "gather",
@@ -136,6 +146,9 @@ VOCABULARY = _PaddleVocabulary(
     tensor_packages=("paddle",),
     batchnorm_classes=frozenset(f"{m}.{n}" for m in ("paddle.nn", "paddle.nn.layer.norm")
                                 for n in ("BatchNorm", "BatchNorm1D", "BatchNorm2D", "BatchNorm3D")),
+    batchnorm_models=frozenset(f"{m}.{n}" for m in ("paddle.vision.models", "paddle.vision") for n in _BATCHNORM_MODELS),
+    batchnorm_models_with=tuple((f"{m}.{n}", "batch_norm") for m in ("paddle.vision.models", "paddle.vision")
+                                for n in ("VGG", "vgg11", "vgg13", "vgg16", "vgg19")),
     sync_batchnorm="strategy",  # dp.Strategy(sync_batchnorm=True): SyncBatchNorm.convert_sync_batchnorm on GPUs
     self_distributing_models=frozenset({"paddle.Model", "paddle.hapi.Model", "paddle.hapi.model.Model"}),
     object_prefixes=("paddle.nn", "paddle.io", "paddle.optimizer", "paddle.Model", "paddle.hapi", "paddle.vision",

@@ -36,6 +36,14 @@ from .strategy_scope import StrategyScope
 from .tf1_graph import Tf1Graph
 from .train_step_override import TrainStepOverride
 
+# keras.applications built of BatchNormalization layers (not VGG16/19, nor the ConvNeXts: LayerNormalization)
+_BATCHNORM_APPLICATIONS = (
+    "ResNet50", "ResNet101", "ResNet152", "ResNet50V2", "ResNet101V2", "ResNet152V2", "MobileNet", "MobileNetV2",
+    "MobileNetV3Small", "MobileNetV3Large", *(f"EfficientNetB{d}" for d in range(8)),
+    *(f"EfficientNetV2{v}" for v in ("B0", "B1", "B2", "B3", "S", "M", "L")), "DenseNet121", "DenseNet169",
+    "DenseNet201", "InceptionV3", "InceptionResNetV2", "Xception", "NASNetMobile", "NASNetLarge",
+)
+
 VOCABULARY = Vocabulary(
     framework="tensorflow",
     display_name="TensorFlow",
@@ -74,6 +82,7 @@ VOCABULARY = Vocabulary(
                      "tensorflow.data", "tensorflow.Variable", "tensorflow.Module", "tensorflow.train"),
     save_calls=frozenset({"tensorflow.saved_model.save"}),
     batchnorm_classes=frozenset(f"{p}.layers.BatchNormalization" for p in KERAS_PACKAGES),
+    batchnorm_models=frozenset(f"{p}.applications.{n}" for p in KERAS_PACKAGES for n in _BATCHNORM_APPLICATIONS),
     sync_batchnorm="synchronized",  # BatchNormalization(synchronized=True): all-reduced statistics on any device
     steps_outside_replicas=("apply_gradients", "minimize"),
     # written once, by the main process (every worker would write the same file)

@@ -38,6 +38,17 @@ from .same_random_inputs import SameRandomInputs
 from .shard_training_loader import ShardTrainingLoader
 
 _DISTRIBUTED = "torch.distributed"
+# torchvision.models built of BatchNorm2d layers (not AlexNet, the plain VGGs, SqueezeNet, the ViTs, ConvNeXt)
+_BATCHNORM_MODELS = (
+    *(f"resnet{d}" for d in (18, 34, 50, 101, 152)), "resnext50_32x4d", "resnext101_32x8d", "resnext101_64x4d",
+    "wide_resnet50_2", "wide_resnet101_2", *(f"vgg{d}_bn" for d in (11, 13, 16, 19)),
+    *(f"densenet{d}" for d in (121, 161, 169, 201)), "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large",
+    *(f"efficientnet_b{d}" for d in range(8)), "efficientnet_v2_s", "efficientnet_v2_m", "efficientnet_v2_l",
+    "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5", "shufflenet_v2_x2_0", "inception_v3",
+    "googlenet", "mnasnet0_5", "mnasnet0_75", "mnasnet1_0", "mnasnet1_3", "ResNet", "DenseNet", "MobileNetV2",
+    "MobileNetV3", "EfficientNet", "Inception3", "GoogLeNet",
+    *(f"regnet_{k}_{v}" for k in ("x", "y") for v in ("400mf", "800mf", "1_6gf", "3_2gf", "8gf", "16gf", "32gf")),
+)
 
 VOCABULARY = Vocabulary(
     framework="torch",
@@ -75,6 +86,7 @@ VOCABULARY = Vocabulary(
     batchnorm_classes=frozenset({*(f"torch.nn.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d",
                                                              "LazyBatchNorm2d", "LazyBatchNorm3d")),
                                  *(f"torch.nn.modules.batchnorm.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"))}),
+    batchnorm_models=frozenset(f"torchvision.models.{n}" for n in _BATCHNORM_MODELS),
     sync_batchnorm="strategy",
     object_prefixes=("torch.nn", "torch.utils", "torch.optim", "torch.distributions", "torchvision.datasets",
                      "torchvision.models"),
