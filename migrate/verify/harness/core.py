@@ -8,7 +8,8 @@ launcher. The scripts themselves are not edited. It then:
 
 - seeds Python's ``random`` now, and NumPy and the framework as they are imported: the single process
   and rank 0 alike, every other rank differently, so randomness a conversion failed to share shows up
-  while rank 0's start, which a correct conversion broadcasts, is the original's;
+  while rank 0's start, which a correct conversion broadcasts, is the original's; a Dataset's draws for a
+  sample (augmentation) are keyed by its index instead (:mod:`.sample_draws`), alike wherever it lands;
 - lets one adapter per framework (:mod:`.torch`, :mod:`.paddle`, :mod:`.tensorflow`) turn dropout and
   shuffling off, count optimizer steps at the framework level (an optimizer the conversion forgot to
   wrap is still seen) and report what each step consumed;
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import dumps
-from . import fingerprint
+from . import fingerprint, sample_draws
 from .children import end_children
 
 ENV_OUT = "DPMIGRATE_VERIFY_OUT"
@@ -70,7 +71,8 @@ class Recorder:
         self.optimizer_kinds: list[str] = []  # their classes' names (Adam's steps amplify float rounding)
         self.snapshots: list[int] = []
         self.completed = 0
-        self._pending: list[tuple[str, int, dict[str, list[str]]]] = []
+        # (source, stream, per-sample rows, a loader batch's first-array rows: which loader fed the model)
+        self._pending: list[tuple[str, int, dict[str, list[str]], set[str]]] = []
         self.inputs: dict[int, dumps.Inputs] = {}
         self.batchnorm: list[str] = []
         self.changes: dict[str, None] = {}
@@ -129,8 +131,10 @@ class Recorder:
         except Exception:  # an input that is not an array of numbers: nothing to fingerprint
             return
         if rows:
+            probe = set(fingerprint.rows(batch_array[0]).get("0", ())) if source == "loader" and isinstance(
+                batch_array, (list, tuple)) and len(batch_array) > 1 and "0" in rows else set()
             with self._lock:
-                self._pending.append((source, stream, rows))
+                self._pending.append((source, stream, rows, probe))
 
     def consumed_from(self, make: Callable[[], object], source: str, stream: int = 0, dims: int = 1) -> None:
         """:meth:`consumed` of what ``make()`` gives: an input the harness cannot read (a sparse tensor, an object
@@ -214,13 +218,13 @@ class Recorder:
 
     def _close_inputs(self, step: int) -> None:
         by_source: dict[str, list[tuple[int, dict[str, list[str]]]]] = {}
-        for source, stream, rows in self._pending:
+        for source, stream, rows, _ in self._pending:
             by_source.setdefault(source, []).append((stream, rows))
         source = next(s for s in SOURCE_PREFERENCE if s in by_source)
         batches = by_source[source]
-        if source == "loader":  # an evaluation loader read between steps is not what was trained on
-            last = batches[-1][0]
-            batches = [b for b in batches if b[0] == last]
+        if source == "loader":  # an evaluation loader read in the step is not what was trained on
+            trained = self._trained_streams()
+            batches = [b for b in batches if b[0] in trained]
         merged: dict[str, list[str]] = {}
         for _, rows in batches:
             for dim, hashes in rows.items():
@@ -233,6 +237,17 @@ class Recorder:
                 previous.rows.setdefault(dim, []).extend(hashes)
         elif previous is None or SOURCE_PREFERENCE.index(source) < SOURCE_PREFERENCE.index(previous.source):
             self.inputs[step] = dumps.Inputs(source, merged)
+
+    def _trained_streams(self) -> set[int]:
+        """The loaders (streams) whose batches fed the model in training mode in this step: those whose samples'
+        first arrays are among the model's inputs (a loop over a validation loader inside the step, the addition
+        tutorial's, feeds the model in eval mode); else the one read last (an evaluation pass between steps comes
+        before the next training batch)."""
+        model = {h for source, _, rows, _ in self._pending if source == "model" for h in rows.get("0", ())}
+        loaders = [(stream, probe or set(rows.get("0", ()))) for source, stream, rows, probe in self._pending
+                   if source == "loader"]
+        fed = {stream for stream, hashes in loaders if hashes & model}
+        return fed or {loaders[-1][0]}
 
     def _snapshot(self, steps: int) -> None:
         import numpy as np
@@ -297,7 +312,7 @@ def leave(recorder: Recorder) -> None:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a callback when a top-level module has finished importing (the module exists, fully built)."""
+    """Runs a callback when a module (a package or one of its modules) has finished importing (the module exists, fully built)."""
 
     def __init__(self, callbacks: dict[str, Callable[[object], None]]):
         self.callbacks = callbacks
@@ -374,9 +389,11 @@ def activate() -> Recorder | None:
     import random
 
     random.seed(recorder.seed)
+    sample_draws.install(recorder)
 
     def numpy_ready(np):
         np.random.seed(recorder.seed % 2**32)
+        sample_draws.numpy_ready(np)
 
     def adapter(module_name: str, function: str):
         def run(module):
@@ -389,6 +406,8 @@ def activate() -> Recorder | None:
         "torch": adapter("torch", "install"),
         "paddle": adapter("paddle", "install"),
         "tensorflow": adapter("tensorflow", "install"),
+        "torch.utils.data._utils.fetch": lambda module: sample_draws.key_torch_fetches(module, recorder),
+        "paddle.io.dataloader.fetcher": lambda module: sample_draws.key_paddle_fetches(module, recorder),
         "tf_keras": adapter("tensorflow", "install_keras"),
         "keras": adapter("tensorflow", "install_keras"),
     }))
