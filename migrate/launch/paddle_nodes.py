@@ -186,7 +186,8 @@ class Meeting:
         for exit_ in failed_here:
             if exit_.rank not in self.published:
                 self._put(f"/{self.run_id}/dpmigrate/failed/{exit_.rank}", json.dumps(
-                    {"rank": exit_.rank, "node": self.node, "how": exit_.describe(), "ended": exit_.ended}))
+                    {"rank": exit_.rank, "node": self.node, "how": exit_.describe(), "ended": exit_.ended,
+                     "killed": exit_.returncode == -signal.SIGKILL}))
                 self.published.add(exit_.rank)
         first_here = min((e.ended for e in failed_here), default=float("inf"))
         if self.store is None and now < self._next_remote:
@@ -197,8 +198,9 @@ class Meeting:
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 data = json.loads(value)
                 rank, ended = int(data["rank"]), float(data["ended"])
-                if ended > first_here:
+                if ended > first_here and not data.get("killed"):
                     continue  # it failed after a rank of this node did: lost because of this node, not the cause
+                    # (unless killed from outside: then it is the cause, whenever its wrapper saw it die)
                 if rank not in self.my_ranks and rank not in self.lost_elsewhere:
                     self.lost_elsewhere[rank] = data
                     if self.stop_at is None:
@@ -213,8 +215,10 @@ class Meeting:
             self._next_remote = 0.0
             self._check_peers(now)
             if self.lost_elsewhere or now >= deadline or any(
-                    e.failed and e.signal_name for e in rank_status.read_statuses(self.status_dir, self.my_ranks).values()):
-                return  # found it, gave up, or this node's own rank was killed: the culprit is here
+                    e.failed and e.returncode == -signal.SIGKILL
+                    for e in rank_status.read_statuses(self.status_dir, self.my_ranks).values()):
+                return  # found it, gave up, or this node's own rank was killed from outside: the culprit is here
+                # (not a SIGABRT: gloo aborts a rank whose peer on another node is gone)
             time.sleep(REMOTE_POLL_S)
             now = time.monotonic()
 
@@ -238,7 +242,8 @@ class Meeting:
             return  # killed from outside (not asked to stop, and no rank kills itself so): the culprit is here,
             # whatever the clocks say (on a loaded machine its wrapper may see the death after the peer's abort)
         first_here = min((e.ended for e in failed_here), default=float("inf"))
-        lost = sorted(r for r, data in self.lost_elsewhere.items() if float(data["ended"]) <= first_here)
+        lost = sorted(r for r, data in self.lost_elsewhere.items()
+                      if float(data["ended"]) <= first_here or data.get("killed"))  # (see _check_peers)
         if lost:
             by = self.my_ranks[0]
             with contextlib.suppress(OSError):
