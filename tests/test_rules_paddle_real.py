@@ -562,3 +562,43 @@ def test_a_loader_a_paddle_model_evaluates_is_sharded_as_it_shards_a_dataset_and
     assert "test_loader = paddle.io.DataLoader(test_set, batch_size=1000)" in text
     [change] = findings_of(result, "paddle-shard-training-loader", "change")
     assert "evaluated by a paddle.Model" in change.message and "drops the padding" in change.message
+
+
+def test_a_high_level_model_a_factory_function_returns_is_not_wrapped_again():
+    """NLPProject's emb_softmax (issue 19 audit): ``model = make_model()`` returning ``paddle.Model(net)`` was
+    taken for a Layer: ``dp.distributed_model(model)`` failed on every rank (``TypeError ... got Model``)."""
+    for body in ("    return paddle.Model(net)\n", "    model = paddle.Model(net)\n    return model\n"):
+        result = convert_text(
+            "import paddle\n\n\ndef make_model():\n    net = paddle.nn.Linear(8, 2)\n" + body + "\n\n"
+            "model = make_model()\n"
+            "model.prepare(paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters()),\n"
+            "              paddle.nn.CrossEntropyLoss())\n"
+            "model.fit(DATA, epochs=1, batch_size=16)\n")
+        out = result.output.decode()
+        assert "distributed_model" not in out and "distributed_optimizer" not in out, out
+        [note] = findings_of(result, "paddle-distributed-optimizer", "note")
+        assert "prepares a paddle.Model" in note.message
+
+
+def test_a_loader_function_whose_loaders_fit_trains_on_and_evaluates_is_sharded_once():
+    """NLPProject's lstm (issue 19 audit): ``loader(...)`` returns a DataLoader; ``fit(train_loader,
+    eval_data=test_loader)`` reads both whole on every rank (the DataLoader was declined as one whose use could not
+    be told, and evaluation counted each sample twice: "Eval samples: 128" for 64). Sharded, fit trains on a share
+    and its evaluation gathers the shares (as for the loaders of test_hapi_evaluate_loader)."""
+    result = convert_text('''\
+import paddle
+
+
+def loader(ds, shuffle):
+    return paddle.io.DataLoader(ds, batch_size=32, shuffle=shuffle, drop_last=True)
+
+
+train_loader = loader(TRAIN, True)
+test_loader = loader(TEST, False)
+model = paddle.Model(paddle.nn.Linear(8, 2))
+model.prepare(paddle.optimizer.SGD(parameters=model.parameters()), paddle.nn.CrossEntropyLoss(),
+              paddle.metric.Accuracy())
+model.fit(train_loader, epochs=1, eval_data=test_loader)
+''')
+    assert "return dp.distributed_loader(paddle.io.DataLoader(ds, batch_size=32" in result.output.decode()
+    assert not findings_of(result, "paddle-shard-training-loader", "declined")

@@ -20,7 +20,8 @@ import libcst as cst
 
 from ...codemod.bindings import Bindings
 from ...codemod.calls import argument
-from ...codemod.loaders import Loader, LoaderFlow, own_sampling
+from ...codemod.flow import returned_at
+from ...codemod.loaders import Loader, LoaderFlow, own_sampling, returned_directly
 from ...codemod.query import Query, parameter_owners
 
 HIGH_LEVEL_MODEL = {"paddle.Model", "paddle.hapi.Model", "paddle.hapi.model.Model"}
@@ -67,19 +68,44 @@ class HighLevelModels:
                 bound = ctx.analysis(Bindings).reaching(call, network.value.value)
                 if bound is not None:
                     self._network_bindings.add(id(bound))
-            statement = q.statement_of(call)
-            if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-                small = statement.body[0]
-                if isinstance(small, cst.Assign) and small.value is call:
-                    for target in small.targets:
-                        if isinstance(target.target, cst.Name):
-                            self.names.add(target.target.value)
-                            self._bindings.add(id(statement))
+            self._bind_result(call)
+        self._bind_factory_results(ctx)
         for call in q.index.of_type(ctx.module, cst.Call):
             func = call.func
             if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in self.names:
                 if self.holds(call, func.value.value, networks=False):
                     self.calls.append(HighLevelCall(func.value.value, func.attr.value, call))
+
+    def _bind_factory_results(self, ctx) -> None:
+        """``model = make_model()`` where the file's ``make_model`` returns a ``paddle.Model`` (built in its return,
+        or bound there first) holds one too: taken for a Layer, it was wrapped by dp.distributed_model and every
+        rank failed (``TypeError ... got Model``; NLPProject's emb_softmax, issue 19 audit)."""
+        q = self.q
+        factories = set()
+        for name, function in q.module_functions().items():
+            for ret in q.index.of_type(function, cst.Return):
+                if q.function_of(ret) is not function or ret.value is None:
+                    continue
+                value = ret.value
+                if q.is_call_to(value, HIGH_LEVEL_MODEL) or (isinstance(value, cst.Name) and value.value in self.names and any(
+                        id(b) in self._bindings for b in ctx.analysis(Bindings).reachings(ret, value.value) or ())):
+                    factories.add(name)
+        if not factories:
+            return
+        for call in q.index.of_type(ctx.module, cst.Call):
+            if isinstance(call.func, cst.Name) and call.func.value in factories:
+                self._bind_result(call)
+
+    def _bind_result(self, call: cst.Call) -> None:
+        """``model = call`` holds a ``paddle.Model``: its name, and the statement binding it."""
+        statement = self.q.statement_of(call)
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            small = statement.body[0]
+            if isinstance(small, cst.Assign) and small.value is call:
+                for target in small.targets:
+                    if isinstance(target.target, cst.Name):
+                        self.names.add(target.target.value)
+                        self._bindings.add(id(statement))
 
     def holds(self, node: cst.CSTNode, name: str, *, networks: bool = True) -> bool:
         """``name`` read at ``node`` is a ``paddle.Model`` (or, with ``networks``, a network given to one).
@@ -147,7 +173,28 @@ class HighLevelModels:
                 reaching = self.ctx.analysis(Bindings).reaching(arg.value, loader.name)
                 if reaching is None or reaching is self.q.statement_of(loader.call):
                     return True
+            if self._returned_by(loader, arg.value):
+                return True
         return False
+
+    def _returned_by(self, loader: Loader, value: cst.BaseExpression) -> bool:
+        """``value`` is what a module-level function returning ``loader`` alone gave: ``make_loader(...)`` inline,
+        or a name bound to it (NLPProject's lstm: ``train_loader = loader(...)``, then ``fit(train_loader,
+        eval_data=test_loader)``; the DataLoader read whole by fit was declined as one whose use it could not tell)."""
+        q = self.q
+        function = q.function_of(loader.call)
+        if function is None or function not in q.module.body:
+            return False
+        if returned_directly(q, loader.call) != (function, -1) and not (
+                loader.name and returned_at(q, function, loader.name) == -1):
+            return False
+        if isinstance(value, cst.Name):
+            bound = self.ctx.analysis(Bindings).reaching(value, value.value)
+            if not (isinstance(bound, cst.SimpleStatementLine) and len(bound.body) == 1
+                    and isinstance(bound.body[0], cst.Assign)):
+                return False
+            value = bound.body[0].value
+        return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == function.name.value
 
 
 def training_loaders(ctx) -> list[Loader]:
