@@ -68,3 +68,41 @@ def test_the_scoring_loader_after_training_is_left_whole_and_only_the_training_o
     prefix = "" if framework == "torch" else "paddle-"
     [note] = findings_of(result, f"{prefix}evaluation-loader", "note")
     assert "left whole" in note.message
+
+
+TRAINER = '''\
+    import {framework}
+    from {loader_module} import DataLoader
+
+
+    class Runner:
+        def __init__(self, model, opt):
+            self.model, self.opt = model, opt
+
+        def train_epoch(self, loader):
+            for x, y in loader:
+                loss = ((self.model(x) - y) ** 2).mean()
+                loss.backward()
+                self.opt.step()
+
+        def train(self, train_loader, epochs):
+            for _ in range(epochs):
+                self.train_epoch(train_loader)
+
+
+    def main():
+        model = {linear}
+        loader = DataLoader(DS, batch_size=16, shuffle=True)
+        runner = Runner(model, {optimizer})
+        runner.train(loader, 2)
+    '''
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_loader_handed_to_a_trainer_objects_methods_is_followed_into_them(framework):
+    """image_classification_paddle (issue 19 audit): ``runner.train(train_loader)`` handing it on to
+    ``self.train_epoch(train_loader)``; the loader was declined as one whose use could not be told."""
+    result = convert_text(TRAINER.format(**FRAMEWORKS[framework]))
+    assert "loader = dp.distributed_loader(DataLoader(DS, batch_size=16, shuffle=True))" in result.output.decode()
+    prefix = "" if framework == "torch" else "paddle-"
+    assert not findings_of(result, f"{prefix}shard-training-loader", "declined")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from . import patterns as m
 from .query import Query, body_statements
 
 
@@ -99,3 +100,29 @@ def self_attribute(node: cst.CSTNode) -> str | None:
     if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
         return node.attr.value
     return None
+
+
+def method_calls(query: Query, scope: cst.CSTNode) -> list[tuple[cst.Call, cst.FunctionDef]]:
+    """``runner.train(train_loader, ...)`` where ``runner = Trainer(...)`` in ``scope``, and ``self.train_epoch(
+    loader)`` inside a class of the file: (call, the method called). image_classification_paddle (issue 19
+    audit) handed its loaders to a trainer object's ``train``, which handed them to ``train_epoch``: the loader
+    was declined as one whose use could not be told."""
+    classes = module_classes(query)
+    if not classes:
+        return []
+    made: dict[str, cst.ClassDef] = {}
+    for statement in query.index.of_type(scope, cst.SimpleStatementLine):
+        small = statement.body[0] if len(statement.body) == 1 else None
+        if (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
+                and isinstance(small.value, cst.Call) and isinstance(small.value.func, cst.Name)
+                and small.value.func.value in classes):
+            made[small.targets[0].target.value] = classes[small.value.func.value]
+    own = next((a for a in query.ancestors(scope) if isinstance(a, cst.ClassDef)), None)
+    found = []
+    for call in query.findall(scope, m.Call(func=m.Attribute(value=m.Name(), attr=m.Name()))):
+        holder = call.func.value.value
+        cls = own if holder == "self" else made.get(holder)
+        function = method(cls, call.func.attr.value) if cls is not None else None
+        if function is not None and function is not scope:
+            found.append((call, function))
+    return found

@@ -21,7 +21,17 @@ import libcst as cst
 
 from . import patterns as m
 from .bindings import Bindings
-from .flow import attribute_assigned_from, callers, method, module_classes, parameter_for, receiver, returned_at, self_attribute
+from .flow import (
+    attribute_assigned_from,
+    callers,
+    method,
+    method_calls,
+    module_classes,
+    parameter_for,
+    receiver,
+    returned_at,
+    self_attribute,
+)
 from .query import Query, body_statements
 
 Role = Literal["train", "eval", "unknown"]
@@ -140,7 +150,7 @@ def find_loaders(query: Query, hints: dict[tuple[str, int], str] | None = None,
 
 
 def _consumers(query: Query, call: cst.Call) -> tuple[str | None, list[Loop]]:
-    returned = _returned_directly(query, call)
+    returned = returned_directly(query, call)
     if returned is not None:  # def make_loader(...): return DataLoader(...)
         function, position = returned
         return None, _loops_of_callers(query, function, position, 0)
@@ -195,6 +205,10 @@ def _loops_over(query: Query, scope: cst.CSTNode, name: str, depth: int) -> list
             continue
         for parameter in _parameters_receiving(function, call, name):
             loops.extend(_loops_over(query, function, parameter, depth + 1))
+    for call, function in method_calls(query, scope):
+        parameter = parameter_for(call, function, name)
+        if parameter is not None:
+            loops.extend(_loops_over(query, function, parameter, depth + 1))
     return loops
 
 
@@ -247,7 +261,7 @@ def _received_positions(statement, call: cst.Call) -> list[tuple[int, str]]:
 
 def _hinted_role(query: Query, call: cst.Call, name: str | None, hints: dict[tuple[str, int], str]) -> Role | None:
     """The role another file's loops give a loader this module's function returns."""
-    returned = _returned_directly(query, call)
+    returned = returned_directly(query, call)
     if returned is None and name is not None:
         function = query.function_of(call)
         if function is not None and (position := returned_at(query, function, name)) is not None:
@@ -259,7 +273,7 @@ def _hinted_role(query: Query, call: cst.Call, name: str | None, hints: dict[tup
     return role if role in ("train", "eval") else None
 
 
-def _returned_directly(query: Query, call: cst.Call) -> tuple[cst.FunctionDef, int] | None:
+def returned_directly(query: Query, call: cst.Call) -> tuple[cst.FunctionDef, int] | None:
     """(function, position) for ``return DataLoader(...)`` or ``return DataLoader(a), DataLoader(b)``."""
     parent = query.parent(call)
     position = -1
