@@ -39,6 +39,14 @@ class Options:
     # "module.function" of local modules' functions that download, "module.Class" of their classes whose
     # construction does (pretrained weights in __init__): their calls run on the main process first
     downloading_functions: tuple[str, ...] = ()
+    # (local module name, its top-level framework imports as source lines) of the modules a script of the run
+    # star-imports (``from utils import *`` bringing ``import paddle``): written out in the script, so that its
+    # framework names resolve (codemod/star_imports.py)
+    star_framework_imports: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # the run's local modules that import ``logging``: a script that logs through them gets the main-process switch
+    local_logging: tuple[str, ...] = ()
+    # "module.Name" of the local modules' classes and functions that build batch normalisation layers
+    local_batchnorm_models: tuple[str, ...] = ()
     # set when this file is a local module a converted training script imports: the random generators that
     # script seeds ("python", "numpy", "framework"); its data sets' constructors then build training data
     importer_seeds: tuple[str, ...] | None = None

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 
 from .frameworks import FRAMEWORK_OF_PACKAGE, REGISTRY, may_use_a_framework
 from .import_lines import import_statements
+from .local_batchnorm import batchnorm_builders
 from .local_downloads import downloading_callables, may_download
 
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:from|import)[ \t]+([^\n#;]*)", re.M)
@@ -256,11 +257,15 @@ class LocalModules:
     needed: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     # real paths of the run's files that another file of the run imports (their writes wait: see project.py)
     imported: frozenset[str] = frozenset()
+    star: tuple[tuple[str, tuple[str, ...]], ...] = ()  # Options.star_framework_imports
+    logging: tuple[str, ...] = ()  # Options.local_logging
+    batchnorm: tuple[str, ...] = ()  # Options.local_batchnorm_models
 
     def options(self) -> dict[str, tuple]:
         """The fields of :class:`~dpmigrate.findings.Options` this fills."""
         return {"local_modules": self.names, "local_frameworks": self.frameworks,
-                "downloading_functions": self.downloading}
+                "downloading_functions": self.downloading, "star_framework_imports": self.star,
+                "local_logging": self.logging, "local_batchnorm_models": self.batchnorm}
 
 
 def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAGE) -> LocalModules:
@@ -274,6 +279,9 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
     downloading: list[str] = []
     needed: dict[str, tuple[str, ...]] = {}
     imported: set[str] = set()
+    star: dict[str, tuple[str, ...]] = {}
+    logging: set[str] = set()
+    batchnorm: set[str] = set()
     for path in paths:
         if (source := _read(path)) is None:
             continue
@@ -289,6 +297,10 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
             continue
         names.update(imports)
         frameworks |= through
+        if through and tree is not None:
+            star.update(_star_framework_imports(tree, imports, reader, packages))
+        logging.update(name for name, files in imports.items() if any(_imports_logging(reader, f) for f in files))
+        batchnorm.update(batchnorm_builders(os.path.dirname(real), {f for files in imports.values() for f in files}))
         folder = os.path.dirname(real)
         for files in imports.values() if tree is not None and not reader.converted(path) else ():
             for file in files:  # (a converted module guards its own downloads)
@@ -297,7 +309,48 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
     if imported:  # the run's own files among them
         imported &= {os.path.realpath(p) for p in paths}
     return LocalModules(tuple(sorted(names)), tuple(sorted(frameworks)), tuple(dict.fromkeys(downloading)), needed,
-                        frozenset(imported))
+                        frozenset(imported), tuple(sorted(star.items())), tuple(sorted(logging)),
+                        tuple(sorted(batchnorm)))
+
+
+def _imports_logging(reader: Reader, path: str) -> bool:
+    """``path`` imports the ``logging`` module at its top level (a logger it sets up logs on every rank)."""
+    source = _read(path)
+    tree = reader.tree(path, source) if source is not None and b"logging" in source else None
+    return tree is not None and any(isinstance(s, ast.Import) and not s.col_offset and any(
+        a.name == "logging" for a in s.names) for s in tree.body)
+
+
+def _star_framework_imports(tree: ast.Module, imports: Mapping[str, list[str]], reader: Reader,
+                            packages: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """For each local module the file star-imports (``from utils import *``, at its top level), that module's own
+    top-level imports of a framework package, as source lines: what the star import binds of the framework. A
+    module declaring ``__all__`` is left out (its star import binds only what it lists)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and node.module and node.level <= 1
+                and [a.name for a in node.names] == ["*"] and node.module in imports):
+            continue
+        files = imports[node.module]
+        source = _read(files[0]) if len(files) == 1 else None
+        module = reader.tree(files[0], source) if source is not None and b"__all__" not in source else None
+        if module is None:
+            continue
+        lines = []
+        for statement in module.body:
+            if statement.col_offset:  # an indented import (inside a function): not the module's name
+                continue
+            if isinstance(statement, ast.Import):
+                roots = [a.name.split(".")[0] for a in statement.names]
+            elif isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
+                roots = [statement.module.split(".")[0]]
+            else:
+                continue
+            if all(root in packages for root in roots) and not any(a.name == "*" for a in statement.names):
+                lines.append(ast.unparse(statement))
+        if lines:
+            found[node.module] = tuple(lines)
+    return found
 
 
 def _read(path: str) -> bytes | None:

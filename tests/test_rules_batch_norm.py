@@ -187,3 +187,22 @@ def test_sync_batchnorm_declines_a_keras_application_it_cannot_give_synchronized
     [declined] = findings_of(result, "batch-norm", "declined")
     assert "MobileNetV2(...) builds its batch normalisation layers itself" in declined.message
     assert "synchronized" not in result.output.decode()
+
+
+def test_a_model_built_from_a_local_modules_batch_norm_class_is_noted(tmp_path, capsys):
+    """image_classification_paddle (issue 19 audit): ``models/resnet.py`` builds ``BatchNorm2D`` layers, the
+    script calls ``resnet18()``: its ranks printed different validation figures with nothing said."""
+    from dpmigrate.cli import main
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "resnet.py").write_text(
+        "import paddle.nn as nn\n\n\nclass Block(nn.Layer):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.bn = nn.BatchNorm2D(4)\n\n\ndef resnet18(num_classes=2):\n    return Block()\n\n\n"
+        "def plain():\n    return nn.Linear(2, 2)\n")
+    script = tmp_path / "train.py"
+    script.write_text("import paddle\nfrom models.resnet import plain, resnet18\n\nmodel = resnet18()\nhead = plain()\n"
+                      "opt = paddle.optimizer.SGD(parameters=model.parameters())\nfor x in paddle.io.DataLoader(DATA, "
+                      "batch_size=2):\n    model(x).sum().backward()\n    opt.step()\n")
+    main(["--check", str(script)])
+    err = capsys.readouterr().err
+    assert "train.py:4:9: note batch-norm: batch normalisation (the layers of resnet18(...)): launched" in err, err

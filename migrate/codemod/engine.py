@@ -26,7 +26,7 @@ from libcst.metadata import MetadataWrapper
 
 from ..findings import Conversion, ConversionError, Finding, Options
 from ..frameworks import REGISTRY, may_use_a_framework
-from . import selfcheck
+from . import selfcheck, star_imports
 from .detect import Detection, detect
 from .imports import add_import
 from .index import TreeIndex
@@ -54,6 +54,9 @@ def convert(source: bytes, path: str, options: Options = Options()) -> Conversio
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
     try:
+        written = star_imports.write_out(source, path, options)
+        if written is not None:
+            return star_imports.reported(_convert(written.source, path, options), source, written)
         return _convert(source, path, options)
     except RecursionError:
         raise ConversionError(path, "nests expressions or blocks too deeply for dpmigrate to convert; it was left "

@@ -21,7 +21,7 @@ class BatchNormLayers:
         self.models: set[int] = set()  # ids of the sites that build a library model
         if not vocabulary.batchnorm_classes or not q.is_training_script():
             return
-        models = vocabulary.batchnorm_models
+        models = vocabulary.batchnorm_models | set(ctx.options.local_batchnorm_models)
         flagged = dict(vocabulary.batchnorm_models_with)
         for call in q.index.of_type(ctx.module, cst.Call):
             if isinstance(call.func, cst.Call):  # the layer's call, `BatchNormalization()(h)`

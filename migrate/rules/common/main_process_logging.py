@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
 from ...codemod import patterns as m
 from ...codemod.entry import EntryPoint
 from ...codemod.rule import Rule
@@ -31,7 +33,10 @@ class MainProcessLogging(Rule):
         first = next((c for c in self.q.findall(self.ctx.module, _LOGGING_CALLS)
                       if self.q.callee_starts_with(c, "logging.")), None)
         entry = self.ctx.analysis(EntryPoint)
-        if first is None or entry.anchor is None:  # no logging, or not a training script
+        if entry.anchor is None:  # not a training script
+            return
+        if first is None:
+            self._through_local_modules(entry)
             return
         if not self._imports_logging():
             self.report(
@@ -48,9 +53,41 @@ class MainProcessLogging(Rule):
         self.report(first, "change", "logging: records below ERROR are kept on the main process only "
                     "(logging.disable on the other ranks, after dp.init())")
 
+    def _through_local_modules(self, entry) -> None:
+        """A script that logs only through a local module's logger (``logger = get_logger(...)`` of
+        ``utils.py``, which imports ``logging``): the same switch, importing ``logging`` where it is used
+        (image_classification_paddle, issue 19 audit: both ranks wrote every line of its log file)."""
+        wanted = set(self.ctx.options.local_logging)
+        site = next((s for s in self.q.findall(self.ctx.module, m.Import() | m.ImportFrom())
+                     if wanted and _top_module(s) in wanted and self.q.function_of(s) is None), None)
+        if site is None:
+            return
+        block = self.statement("if not {dp}.is_main_process():\n    import logging\n"
+                               "    logging.disable(logging.WARNING)\n")
+        if entry.after:
+            self.ctx.plan.insert_after(entry.anchor, block)
+        else:
+            self.ctx.plan.insert_before(entry.anchor, block)
+        self.report(site, "change", f"logging: the local module `{_top_module(site)}` logs (it imports logging); "
+                    "records below ERROR are kept on the main process only (logging.disable on the other ranks, "
+                    "after dp.init())")
+
     def _imports_logging(self) -> bool:
         for statement in self.q.findall(self.ctx.module, m.Import()):
             for alias in statement.names:
                 if m.matches(alias, m.ImportAlias(name=m.Name("logging"), asname=None)):
                     return True
         return False
+
+
+def _top_module(statement) -> str | None:
+    """``utils`` of ``import utils.log``, ``from utils import get_logger`` (relative imports: None)."""
+    if isinstance(statement, cst.ImportFrom):
+        if statement.relative or statement.module is None:
+            return None
+        node = statement.module
+    else:
+        node = statement.names[0].name
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None

@@ -71,7 +71,9 @@ class MainProcessOutput(Rule):
         self.main_process_only_blocks: set[int] = set()
 
     def visit_Module(self, node: cst.Module) -> bool:
-        return self.q.is_training_script()
+        """A training script, or a helper module converted with one (``importer_seeds`` set): its writers run
+        on every rank of the script (image_classification_paddle's ``write_json`` of the history: issue 19)."""
+        return self.q.is_training_script() or self.ctx.options.importer_seeds is not None
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.q.is_call_to(node, PROGRESS_BARS):
