@@ -602,3 +602,24 @@ model.fit(train_loader, epochs=1, eval_data=test_loader)
 ''')
     assert "return dp.distributed_loader(paddle.io.DataLoader(ds, batch_size=32" in result.output.decode()
     assert not findings_of(result, "paddle-shard-training-loader", "declined")
+
+
+def test_fit_says_its_training_figures_are_rank_0s_and_predict_of_a_dataset_says_it_returns_a_share():
+    """The third Paddle audit: paddle.Model.fit printed "acc: 1.0000" on 2 ranks for the original's 0.8750 (its
+    training logs are not gathered), and predict(test_dataset) printed 5 predictions of 10, mis-paired with the
+    texts (on CPU, paddle.Model gathers predictions only on GPUs). Both said; a DataLoader given to predict is read
+    whole by every rank and gets no note."""
+    result = convert_text('''\
+import paddle
+
+model = paddle.Model(paddle.nn.Linear(8, 2))
+model.prepare(paddle.optimizer.SGD(parameters=model.parameters()), paddle.nn.CrossEntropyLoss())
+model.fit(TRAIN, epochs=1, batch_size=16)
+out = model.predict(TEST, batch_size=4)
+whole = model.predict(paddle.io.DataLoader(TEST, batch_size=4))
+''')
+    notes = [f.message for f in findings_of(result, "paddle-high-level-api", "note")]
+    assert any(n.startswith("model.fit(...): the training loss and metrics it prints are rank 0's share") for n in notes)
+    [predict] = [f for f in findings_of(result, "paddle-high-level-api", "note") if "predict" in f.message]
+    assert predict.line == 6 and "on CPU ranks it returns this rank's share" in predict.message
+    assert "paddle.io.DataLoader(dataset" in predict.fix

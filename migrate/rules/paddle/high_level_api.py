@@ -5,10 +5,11 @@ from __future__ import annotations
 import libcst as cst
 
 from ...codemod.calls import argument
+from ...codemod.loaders import LoaderFlow
 from ...codemod.models import Models
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
-from ._analyses import HighLevelModels
+from ._analyses import PREDICTION, HighLevelModels
 
 SUMMARIES = frozenset({"paddle.summary", "paddle.hapi.summary", "paddle.hapi.model_summary.summary"})
 
@@ -59,6 +60,21 @@ class PaddleHighLevelApi(Rule):
         for found in high_level.of("evaluate"):
             self.report(found.call, "note", f"{found.model}.evaluate(...): the loss it returns is this rank's share "
                         "of the data (metrics are gathered over the ranks); print it from the main process")
+        for found in high_level.of("fit"):  # (issue 19 audit: "acc: 1.0000" on 2 ranks for the original's 0.8750)
+            self.report(found.call, "note", f"{found.model}.fit(...): the training loss and metrics it prints are "
+                        "rank 0's share of each batch (paddle.Model does not gather them while training; its "
+                        "evaluation is gathered): training figures differ from one process's, the training does not")
+        loaders = {loader.name for loader in self.ctx.analysis(LoaderFlow).loaders if loader.name}
+        for found, arg in high_level.data_arguments(PREDICTION):
+            value = arg.value
+            if (isinstance(value, cst.Name) and value.value in loaders) or self.q.is_call_to(
+                    value, self.vocabulary.data_loaders):
+                continue  # a DataLoader: read whole by every rank, each predicts all of it
+            self.report(found.call, "note", f"{found.model}.predict(...) of a Dataset: launched, paddle.Model gives "
+                        "each rank its share and gathers the predictions only on GPUs: on CPU ranks it returns this "
+                        "rank's share, in the sampler's order (the issue 19 audit printed 5 of 10, mis-paired)",
+                        f"hand it a DataLoader over the Dataset (left whole: every rank predicts all of it), "
+                        f"e.g. {found.model}.predict(paddle.io.DataLoader(dataset, batch_size=...))")
         if not saves:
             return
         positions = self.ctx.positions
