@@ -17,25 +17,35 @@ from collections.abc import Iterable
 _MARK = b"BatchNorm"  # torch BatchNorm2d, Paddle BatchNorm2D, Keras BatchNormalization, SyncBatchNorm
 
 
-def batchnorm_builders(folder: str, files: Iterable[str]) -> list[str]:
+def batchnorm_builders(folder: str, files: Iterable[str], cache: dict[str, tuple[str, ...]]) -> list[str]:
     """``module.Name`` (dotted from ``folder``) of each top-level class or function of ``files`` that builds a
-    batch normalisation layer, directly or through another such definition of its module."""
+    batch normalisation layer, directly or through another such definition of its module. ``cache`` (real path
+    -> names) is the run's: a module many files import is read once."""
     found: list[str] = []
     for file in files:
-        try:
-            with open(file, "rb") as f:
-                source = f.read()
-        except OSError:
-            continue
-        if _MARK not in source:
-            continue
-        try:
-            tree = ast.parse(source, file)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        module = os.path.relpath(file, folder).removesuffix(".py").replace(os.sep, ".").removesuffix(".__init__")
-        found.extend(f"{module}.{name}" for name in sorted(_builders(tree)))
+        real = os.path.realpath(file)
+        names = cache.get(real)
+        if names is None:
+            names = cache[real] = _builders_of(file)
+        if names:
+            module = os.path.relpath(file, folder).removesuffix(".py").replace(os.sep, ".").removesuffix(".__init__")
+            found.extend(f"{module}.{name}" for name in names)
     return found
+
+
+def _builders_of(file: str) -> tuple[str, ...]:
+    try:
+        with open(file, "rb") as f:
+            source = f.read()
+    except OSError:
+        return ()
+    if _MARK not in source:
+        return ()
+    try:
+        tree = ast.parse(source, file)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    return tuple(sorted(_builders(tree)))
 
 
 def _builders(tree: ast.Module) -> set[str]:

@@ -282,6 +282,8 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
     star: dict[str, tuple[str, ...]] = {}
     logging: set[str] = set()
     batchnorm: set[str] = set()
+    logs: dict[str, bool] = {}  # real path -> imports logging (a module many files import is read once)
+    builders: dict[str, tuple[str, ...]] = {}
     for path in paths:
         if (source := _read(path)) is None:
             continue
@@ -299,8 +301,8 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
         frameworks |= through
         if through and tree is not None:
             star.update(_star_framework_imports(tree, imports, reader, packages))
-        logging.update(name for name, files in imports.items() if any(_imports_logging(reader, f) for f in files))
-        batchnorm.update(batchnorm_builders(os.path.dirname(real), {f for files in imports.values() for f in files}))
+        logging.update(name for name, files in imports.items() if any(_imports_logging(reader, f, logs) for f in files))
+        batchnorm.update(batchnorm_builders(os.path.dirname(real), {f for v in imports.values() for f in v}, builders))
         folder = os.path.dirname(real)
         for files in imports.values() if tree is not None and not reader.converted(path) else ():
             for file in files:  # (a converted module guards its own downloads)
@@ -313,12 +315,15 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
                         tuple(sorted(batchnorm)))
 
 
-def _imports_logging(reader: Reader, path: str) -> bool:
+def _imports_logging(reader: Reader, path: str, cache: dict[str, bool]) -> bool:
     """``path`` imports the ``logging`` module at its top level (a logger it sets up logs on every rank)."""
-    source = _read(path)
-    tree = reader.tree(path, source) if source is not None and b"logging" in source else None
-    return tree is not None and any(isinstance(s, ast.Import) and not s.col_offset and any(
-        a.name == "logging" for a in s.names) for s in tree.body)
+    real = os.path.realpath(path)
+    if real not in cache:
+        source = _read(path)
+        tree = reader.tree(path, source) if source is not None and b"logging" in source else None
+        cache[real] = tree is not None and any(isinstance(s, ast.Import) and not s.col_offset and any(
+            a.name == "logging" for a in s.names) for s in tree.body)
+    return cache[real]
 
 
 def _star_framework_imports(tree: ast.Module, imports: Mapping[str, list[str]], reader: Reader,
