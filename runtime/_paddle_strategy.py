@@ -93,6 +93,8 @@ def to_distributed_strategy(strategy: Strategy, *, mode: str):
         native.fp16_allreduce = True
     if strategy.sync_batchnorm:
         native.sync_batch_norm = True
+    if strategy.find_unused_parameters:  # read by fleet.distributed_model's DataParallel
+        native.find_unused_parameters = True
     if strategy.gradient_accumulation > 1:
         native.gradient_merge = True
         native.gradient_merge_configs = {"k_steps": strategy.gradient_accumulation, "avg": True}

@@ -12,7 +12,8 @@ No TF option does the rest, so each raises :class:`UnsupportedStrategy` naming t
 ``hierarchical_allreduce`` (NCCL chooses its own algorithm), ``localsgd_steps``, ``gradient_compression``
 (TF all-reduces gradients in their own dtype; train in mixed precision to all-reduce fp16) and
 ``gradient_accumulation`` (accumulate in the training loop), ``sync_batchnorm`` (a Keras layer argument,
-``BatchNormalization(synchronized=True)``).
+``BatchNormalization(synchronized=True)``). ``find_unused_parameters`` is honoured as it is: TF all-reduces the
+gradients a step has, with no reducer waiting for the others.
 """
 
 from __future__ import annotations

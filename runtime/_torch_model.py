@@ -114,6 +114,8 @@ def wrap_model(model: torch.nn.Module, strategy: Strategy, device: torch.device)
         kwargs["bucket_cap_mb"] = strategy.bucket_size_mb
     if device.type == "cuda":
         kwargs["device_ids"] = [device.index]
+    if strategy.find_unused_parameters:
+        kwargs["find_unused_parameters"] = True
     ddp = DistributedDataParallel(model, **kwargs)
     if strategy.gradient_compression is not None:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks

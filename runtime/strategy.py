@@ -1,10 +1,11 @@
 """Framework-neutral tuning knobs, from the seeds' advice, mapped by each backend onto its own.
 
 torch: DDP ``bucket_cap_mb``, the fp16/bf16 compression comm hooks, post-local-SGD with a periodic
-model averager, ``no_sync`` accumulation, ``SyncBatchNorm.convert_sync_batchnorm`` (CUDA only). Paddle:
-``DistributedStrategy`` (fuse_grad_size_in_MB, use_hierarchical_allreduce, localsgd, fp16_allreduce,
-gradient_merge), ``paddle.nn.SyncBatchNorm.convert_sync_batchnorm`` (GPUs only). TF: ``CommunicationOptions``;
-its synchronised batch normalisation is a layer argument (``BatchNormalization(synchronized=True)``).
+model averager, ``no_sync`` accumulation, ``find_unused_parameters``, ``SyncBatchNorm.convert_sync_batchnorm``
+(CUDA only). Paddle: ``DistributedStrategy`` (fuse_grad_size_in_MB, use_hierarchical_allreduce, localsgd,
+fp16_allreduce, gradient_merge, find_unused_parameters), ``paddle.nn.SyncBatchNorm.convert_sync_batchnorm``
+(GPUs only). TF: ``CommunicationOptions``; its synchronised batch normalisation is a layer argument
+(``BatchNormalization(synchronized=True)``).
 A knob a backend cannot honour raises :class:`UnsupportedStrategy`; none is silently ignored.
 """
 
@@ -26,6 +27,9 @@ class Strategy:
     gradient_compression: str | None = None  # None, "fp16" or "bf16": all-reduce in half precision
     gradient_accumulation: int = 1  # micro-batches per optimizer step (communicate on the last only)
     sync_batchnorm: bool = False  # batch normalisation over the global batch: the framework's synchronised layers
+    # some parameters get no gradient in a step (a layer called under a condition, or never): the gradient
+    # reducer must not wait for them (torch DDP and Paddle DataParallel's find_unused_parameters; TF has no reducer)
+    find_unused_parameters: bool = False
 
     def __post_init__(self):
         if self.bucket_size_mb is not None and not self.bucket_size_mb > 0:

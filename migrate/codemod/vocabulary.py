@@ -65,6 +65,9 @@ class Vocabulary:
     # converts every wrapped model's layers, where the framework runs its synchronised ones), or the keyword the
     # layers' constructor takes ("synchronized" for Keras); "" when dpmigrate knows no way
     sync_batchnorm: str = ""
+    # the framework's gradient reducer waits for every parameter's gradient each step (torch DDP, Paddle's
+    # DataParallel): a layer forward does not always call needs dp.Strategy(find_unused_parameters=True)
+    reducer_waits_for_every_gradient: bool = False
     # model classes that wrap their network for data parallelism themselves (``paddle.Model``): the runtime's
     # distributed_model never sees their network, so Strategy(sync_batchnorm=True) cannot reach it
     self_distributing_models: frozenset[str] = frozenset()

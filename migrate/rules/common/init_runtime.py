@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
 from ...codemod.entry import EntryPoint
 from ...codemod.rule import Rule
+from .unused_parameters import unreached_layers
 
 
 class InitRuntime(Rule):
@@ -30,14 +33,23 @@ class InitRuntime(Rule):
         if entry.anchor is None:
             return  # a module of models or helpers: any dp call it gets starts the runtime lazily
         strategy = self.ctx.options.sync_batchnorm and self.vocabulary.sync_batchnorm == "strategy"
-        statement = self.statement("{dp}.init({dp}.Strategy(sync_batchnorm=True))\n" if strategy else "{dp}.init()\n")
+        unreached = unreached_layers(self.ctx) if self.vocabulary.reducer_waits_for_every_gradient else []
+        knobs = ", ".join((*(["sync_batchnorm=True"] if strategy else []),
+                           *(["find_unused_parameters=True"] if unreached else [])))
+        said = f"dp.init(dp.Strategy({knobs}))" if knobs else "dp.init()"
+        statement = self.statement(said.replace("dp.", "{dp}.") + "\n")
         if entry.after:
             self.ctx.plan.insert_after(entry.anchor, statement)
         else:
             self.ctx.plan.insert_before(entry.anchor, statement)
         where = "after the arguments are parsed" if entry.after_parsed_arguments else "at the entry point"
-        said = "dp.init(dp.Strategy(sync_batchnorm=True))" if strategy else "dp.init()"
         synchronised = (" and, launched, synchronises the batch normalisation of every model dp.distributed_model wraps "
                         "(--sync-batchnorm; GPUs only: elsewhere the job stops saying so)") if strategy else ""
+        if unreached:
+            first = unreached[0]
+            how = "never calls {}" if isinstance(first.site, cst.SimpleStatementLine) else "calls {} under a condition"
+            synchronised += (f"; find_unused_parameters=True: {first.cls}.forward {how.format('self.' + first.layer)} "
+                             f"(line {self.ctx.positions[first.site].start.line}), so some steps give its parameters "
+                             "no gradient and the reducer must not wait for them (without it the second step fails)")
         self.report(entry.anchor, "change",
                     f"{said} {where}: joins the job the launcher started (nothing when run plainly){synchronised}")

@@ -149,6 +149,7 @@ VOCABULARY = _PaddleVocabulary(
     batchnorm_models=frozenset(f"{m}.{n}" for m in ("paddle.vision.models", "paddle.vision") for n in _BATCHNORM_MODELS),
     batchnorm_models_with=tuple((f"{m}.{n}", "batch_norm") for m in ("paddle.vision.models", "paddle.vision")
                                 for n in ("VGG", "vgg11", "vgg13", "vgg16", "vgg19")),
+    reducer_waits_for_every_gradient=True,
     sync_batchnorm="strategy",  # dp.Strategy(sync_batchnorm=True): SyncBatchNorm.convert_sync_batchnorm on GPUs
     self_distributing_models=frozenset({"paddle.Model", "paddle.hapi.Model", "paddle.hapi.model.Model"}),
     object_prefixes=("paddle.nn", "paddle.io", "paddle.optimizer", "paddle.Model", "paddle.hapi", "paddle.vision",

@@ -87,6 +87,7 @@ VOCABULARY = Vocabulary(
                                                              "LazyBatchNorm2d", "LazyBatchNorm3d")),
                                  *(f"torch.nn.modules.batchnorm.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"))}),
     batchnorm_models=frozenset(f"torchvision.models.{n}" for n in _BATCHNORM_MODELS),
+    reducer_waits_for_every_gradient=True,
     sync_batchnorm="strategy",
     object_prefixes=("torch.nn", "torch.utils", "torch.optim", "torch.distributions", "torchvision.datasets",
                      "torchvision.models"),
