@@ -623,3 +623,34 @@ whole = model.predict(paddle.io.DataLoader(TEST, batch_size=4))
     [predict] = [f for f in findings_of(result, "paddle-high-level-api", "note") if "predict" in f.message]
     assert predict.line == 6 and "on CPU ranks it returns this rank's share" in predict.message
     assert "paddle.io.DataLoader(dataset" in predict.fix
+
+
+def test_the_best_figure_a_save_condition_keeps_is_the_mean_over_the_ranks_too():
+    """MTCNN's trainer (issue 19 audit): ``if loss.item() < self.best: self.best = loss.item(); paddle.save(...)``.
+    With only the test all-reduced, each rank kept its own best and the next epoch's test parted them: one rank
+    waited alone in dp.save's barrier. The kept figure is the same mean."""
+    result = convert_text('''\
+import paddle
+
+
+class Trainer:
+    def __init__(self, model, opt, loader):
+        self.model, self.opt, self.loader, self.best = model, opt, loader, 100.0
+
+    def train(self):
+        for epoch in range(3):
+            for x, y in self.loader:
+                loss = paddle.nn.functional.mse_loss(self.model(x), y)
+                loss.backward()
+                self.opt.step()
+                self.opt.clear_grad()
+            if loss.item() < self.best:
+                self.best = loss.item()
+                paddle.save(self.model.state_dict(), "best.pdparams")
+''')
+    out = result.output.decode()
+    assert ("            if dp.all_reduce(loss).item() < self.best:\n"
+            "                self.best = dp.all_reduce(loss).item()\n"
+            '                dp.save(self.model.state_dict(), "best.pdparams")\n') in out, out
+    [change] = findings_of(result, "paddle-save-condition", "change")
+    assert "the figure it keeps (self.best) is that mean too" in change.message

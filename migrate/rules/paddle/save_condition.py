@@ -64,14 +64,33 @@ class PaddleSaveCondition(Rule):
         body = container.body.body if isinstance(container.body, cst.IndentedBlock) else ()
         if any(s is guard for s in body) and _agreeable(guard.test):
             self.ctx.plan.replace(guard.test, lambda test: test.visit(_MeanOverRanks(derived, self)))
+            kept = self._kept_figures(guard, derived)
+            for assign in kept:
+                self.ctx.plan.replace(assign.value, lambda v: v.visit(_MeanOverRanks(derived, self)))
+            also = (f"; the figure it keeps ({', '.join(self.code(a.targets[0].target) for a in kept)}) is that mean "
+                    "too, so the next test agrees as well") if kept else ""
             self.report(guard.test, "change", f"the test of this save reads {self.ctx.alias}.all_reduce({value}), the mean "
-                        "over the ranks: every rank takes the same branch and meets in the save")
+                        f"over the ranks: every rank takes the same branch and meets in the save{also}")
             return
         where = "this save" if site is node else f"this call saves (`{self.code(node.func)}` in it), and"
         self.report(site, "error", f"{where} runs only when `{self.code(guard.test)}` holds, and `{value}` is "
                     "computed by each rank from its own data: ranks can disagree, and the ones that save wait for "
                     "the others (the job hangs)", f"decide on every rank alike: compute the test from "
                     f"{self.ctx.alias}.all_reduce({value}) (the mean over the ranks) in an `if` every rank reaches")
+
+    def _kept_figures(self, guard: cst.If, derived: set[str]) -> list[cst.Assign]:
+        """``self.best = loss.item()`` in the body of ``if loss.item() < self.best:``: an assignment to what the test
+        compares with, from this rank's figures. Left so, each rank would keep its own best and the next test
+        would part them again (MTCNN's trainer: one rank alone in dp.save's barrier; issue 19 audit)."""
+        compared = {self.code(n) for n in self.q.index.of_type(guard.test, cst.Attribute)} | self.q.names_in(guard.test)
+        kept = []
+        for statement in guard.body.body if isinstance(guard.body, cst.IndentedBlock) else ():
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+            if (isinstance(small, cst.Assign) and len(small.targets) == 1
+                    and self.code(small.targets[0].target) in compared - derived
+                    and self.q.names_in(small.value) & derived):
+                kept.append(small)
+        return kept
 
     def _saving_helper(self, site: cst.CSTNode) -> cst.FunctionDef | None:
         """The module-level function whose body runs ``site`` on every call (no test or loop in between)."""
