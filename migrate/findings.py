@@ -47,6 +47,8 @@ class Options:
     local_logging: tuple[str, ...] = ()
     # "module.Name" of the local modules' classes and functions that build batch normalisation layers
     local_batchnorm_models: tuple[str, ...] = ()
+    # "module.Class" of the local modules' model classes whose forward calls a layer only under a condition, or never
+    local_unreached_layer_models: tuple[str, ...] = ()
     # set when this file is a local module a converted training script imports: the random generators that
     # script seeds ("python", "numpy", "framework"); its data sets' constructors then build training data
     importer_seeds: tuple[str, ...] | None = None

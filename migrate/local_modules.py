@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping
 
 from .frameworks import FRAMEWORK_OF_PACKAGE, REGISTRY, may_use_a_framework
 from .import_lines import import_statements
-from .local_batchnorm import batchnorm_builders
 from .local_downloads import downloading_callables, may_download
+from .local_models import model_facts
 
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:from|import)[ \t]+([^\n#;]*)", re.M)
 _WORD = re.compile(rb"[A-Za-z_]\w*")
@@ -260,12 +260,14 @@ class LocalModules:
     star: tuple[tuple[str, tuple[str, ...]], ...] = ()  # Options.star_framework_imports
     logging: tuple[str, ...] = ()  # Options.local_logging
     batchnorm: tuple[str, ...] = ()  # Options.local_batchnorm_models
+    unreached: tuple[str, ...] = ()  # Options.local_unreached_layer_models
 
     def options(self) -> dict[str, tuple]:
         """The fields of :class:`~dpmigrate.findings.Options` this fills."""
         return {"local_modules": self.names, "local_frameworks": self.frameworks,
                 "downloading_functions": self.downloading, "star_framework_imports": self.star,
-                "local_logging": self.logging, "local_batchnorm_models": self.batchnorm}
+                "local_logging": self.logging, "local_batchnorm_models": self.batchnorm,
+                "local_unreached_layer_models": self.unreached}
 
 
 def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAGE) -> LocalModules:
@@ -283,7 +285,8 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
     logging: set[str] = set()
     batchnorm: set[str] = set()
     logs: dict[str, bool] = {}  # real path -> imports logging (a module many files import is read once)
-    builders: dict[str, tuple[str, ...]] = {}
+    facts: dict[str, tuple] = {}
+    unreached: set[str] = set()
     for path in paths:
         if (source := _read(path)) is None:
             continue
@@ -302,7 +305,10 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
         if through and tree is not None:
             star.update(_star_framework_imports(tree, imports, reader, packages))
         logging.update(name for name, files in imports.items() if any(_imports_logging(reader, f, logs) for f in files))
-        batchnorm.update(batchnorm_builders(os.path.dirname(real), {f for v in imports.values() for f in v}, builders))
+        if _TRAINS.search(source):  # (the modules of a package that trains nothing are not parsed for it)
+            built, skipped = model_facts(os.path.dirname(real), {f for v in imports.values() for f in v}, facts)
+            batchnorm.update(built)
+            unreached.update(skipped)
         folder = os.path.dirname(real)
         for files in imports.values() if tree is not None and not reader.converted(path) else ():
             for file in files:  # (a converted module guards its own downloads)
@@ -312,7 +318,10 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
         imported &= {os.path.realpath(p) for p in paths}
     return LocalModules(tuple(sorted(names)), tuple(sorted(frameworks)), tuple(dict.fromkeys(downloading)), needed,
                         frozenset(imported), tuple(sorted(star.items())), tuple(sorted(logging)),
-                        tuple(sorted(batchnorm)))
+                        tuple(sorted(batchnorm)), tuple(sorted(unreached)))
+
+
+_TRAINS = re.compile(rb"\.(?:backward|fit)\(")  # a file that may train: its models' facts matter
 
 
 def _imports_logging(reader: Reader, path: str, cache: dict[str, bool]) -> bool:

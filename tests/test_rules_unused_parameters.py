@@ -108,3 +108,23 @@ def test_the_conditional_layer_trains_on_two_ranks_like_the_original(framework, 
     assert data["verdict"] == "equivalent", explain(data)
     check = data["comparison"]["data"]
     assert check["observed"] == 4 and check["split"] == 4, explain(data)
+
+
+def test_a_model_class_of_a_local_package_that_skips_a_layer_gets_find_unused_parameters_too(tmp_path, capsys):
+    """Paddle-Stochastic-Depth-ResNet110 (issue 19 audit): the block skipped at random is in ``models/net.py``,
+    re-exported by ``models/__init__.py`` (``from .net import *``); the script builds ``Net()``."""
+    from dpmigrate.cli import main
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("from .net import *\n")
+    net = textwrap.dedent(SCRIPTS["paddle"]).split("paddle.seed(0)")[0]
+    (tmp_path / "models" / "net.py").write_text(net)
+    script = tmp_path / "train.py"
+    script.write_text("import paddle\nfrom models import Net\n\nmodel = Net()\n"
+                      "opt = paddle.optimizer.SGD(parameters=model.parameters())\n"
+                      "for x, y in paddle.io.DataLoader(DATA, batch_size=4):\n"
+                      "    paddle.nn.functional.mse_loss(model(x), y).backward()\n    opt.step()\n")
+    main(["--check", str(script)])
+    err = capsys.readouterr().err
+    assert ("dp.init(dp.Strategy(find_unused_parameters=True)) at the entry point" in err
+            and "Net (a model class of models) calls a layer in forward only under a condition, or never (line 4)" in err), err

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import libcst as cst
-
 from ...codemod.entry import EntryPoint
 from ...codemod.rule import Rule
 from .unused_parameters import unreached_layers
@@ -47,9 +45,8 @@ class InitRuntime(Rule):
                         "(--sync-batchnorm; GPUs only: elsewhere the job stops saying so)") if strategy else ""
         if unreached:
             first = unreached[0]
-            how = "never calls {}" if isinstance(first.site, cst.SimpleStatementLine) else "calls {} under a condition"
-            synchronised += (f"; find_unused_parameters=True: {first.cls}.forward {how.format('self.' + first.layer)} "
-                             f"(line {self.ctx.positions[first.site].start.line}), so some steps give its parameters "
+            synchronised += (f"; find_unused_parameters=True: {first.said} (line "
+                             f"{self.ctx.positions[first.site].start.line}), so some steps give its parameters "
                              "no gradient and the reducer must not wait for them (without it the second step fails)")
         self.report(entry.anchor, "change",
                     f"{said} {where}: joins the job the launcher started (nothing when run plainly){synchronised}")

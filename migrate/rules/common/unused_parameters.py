@@ -5,8 +5,8 @@ layer ``forward`` calls only when ``if paddle.rand([1]) > 0.5`` holds (Paddle's 
 ``__init__`` builds and nothing calls, gives none in some steps: the second step fails on every rank
 ("parameter ... has been ready before. Please set find_unused_parameters=True"; the issue 19 audit), where the
 original runs. ``dp.Strategy(find_unused_parameters=True)`` in ``dp.init`` (init-runtime writes it) makes the
-reducer look for them each step, at some cost in speed. Classes of the file with a ``forward``; a model built in
-another module is not looked at.
+reducer look for them each step, at some cost in speed. Classes of the file with a ``forward``, and those of its
+local modules the script builds (``local_models.py`` reads them: stochastic depth in ``models/resnet.py``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ _CONDITIONAL = (cst.If, cst.IfExp, cst.While)
 
 @dataclasses.dataclass(frozen=True)
 class Unreached:
-    """``layer`` of ``cls`` is called under a condition at ``site`` (or, with ``site`` None, never)."""
+    """A model whose ``forward`` does not call every layer each step: what to say of it, and where."""
 
-    cls: str
-    layer: str
+    said: str
     site: cst.CSTNode
 
 
@@ -44,13 +43,22 @@ def unreached_layers(ctx) -> list[Unreached]:
                 for a in q.index.of_type(m, cst.Attribute)} | _read_in_init(q, init)
         never = next((layer for layer, site in built.items() if layer not in read), None)
         if never is not None:
-            found.append(Unreached(cls.name.value, never, built[never]))
+            found.append(Unreached(f"{cls.name.value}.forward never calls self.{never}", built[never]))
             continue
         for call in q.index.of_type(forward, cst.Call):
             layer = self_attribute(call.func)
             if layer in built and any(isinstance(a, _CONDITIONAL) and not q.index.contains(a.test, call)
                                       for a in _ancestors_within(q, call, forward)):
-                found.append(Unreached(cls.name.value, layer, call))
+                found.append(Unreached(f"{cls.name.value}.forward calls self.{layer} under a condition", call))
+                break
+    local = ctx.options.local_unreached_layer_models
+    if local and q.index.possible(local):
+        for call in q.index.of_type(ctx.module, cst.Call):
+            if q.is_call_to(call, local):
+                name = next(iter(q.qualified_names(call.func) & set(local)))
+                module, cls = name.rsplit(".", 1)
+                found.append(Unreached(f"{cls} (a model class of {module}) calls a layer in forward only under a "
+                                       "condition, or never", call))
                 break
     return found
 

@@ -8,8 +8,8 @@ launcher. The scripts themselves are not edited. It then:
 
 - seeds Python's ``random`` now, and NumPy and the framework as they are imported: the single process
   and rank 0 alike, every other rank differently, so randomness a conversion failed to share shows up
-  while rank 0's start, which a correct conversion broadcasts, is the original's; a Dataset's draws for a
-  sample (augmentation) are keyed by its index instead (:mod:`.sample_draws`), alike wherever it lands;
+  while rank 0's start, which a correct conversion broadcasts, is the original's; a library transform's draws
+  for a sample (augmentation) are keyed by its index instead (:mod:`.sample_draws`), alike wherever it lands;
 - lets one adapter per framework (:mod:`.torch`, :mod:`.paddle`, :mod:`.tensorflow`) turn dropout and
   shuffling off, count optimizer steps at the framework level (an optimizer the conversion forgot to
   wrap is still seen) and report what each step consumed;
@@ -406,8 +406,8 @@ def activate() -> Recorder | None:
         "torch": adapter("torch", "install"),
         "paddle": adapter("paddle", "install"),
         "tensorflow": adapter("tensorflow", "install"),
-        "torch.utils.data._utils.fetch": lambda module: sample_draws.key_torch_fetches(module, recorder),
         "paddle.io.dataloader.fetcher": lambda module: sample_draws.key_paddle_fetches(module, recorder),
+        "paddle.vision.transforms.transforms": lambda module: sample_draws.key_paddle_transforms(module, recorder),
         "tf_keras": adapter("tensorflow", "install_keras"),
         "keras": adapter("tensorflow", "install_keras"),
     }))

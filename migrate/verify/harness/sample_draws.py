@@ -1,19 +1,22 @@
-"""Random draws a Dataset makes for one sample, keyed by that sample's index: the same in both runs.
+"""Random draws a library augmentation makes for one sample, keyed by that sample's index: the same in both runs.
 
-Why: augmentation (a random flip or crop in ``__getitem__``, ``paddle.vision.transforms``, torchvision) and
-noise drawn per sample come from the global generators. The original draws them for the samples of its batch
-in one order, each rank for its own share in another, so rank 1's flips were never the original's: verify said
-"inputs-differ" for a conversion that was correct (an audit script with ``RandomHorizontalFlip`` and
-``RandomCrop``). Turning every augmentation off would need a switch per transform of every library; keying the
-draws does not: while a DataLoader fetches sample ``i`` (its map-style fetcher, in the main process, Paddle's
-reading thread or a worker), Python's ``random`` and NumPy's ``np.random`` functions draw from generators
-seeded by ``i`` alone, and torch's global generator is seeded by ``i`` and then restored. Sample ``i`` is then
-augmented alike wherever it lands, on every rank and in the single process, and the global streams do not
-advance (so the harness does not mistake augmentation for random draws in training).
+Why: augmentation (``paddle.vision.transforms``: a random flip or crop in ``__getitem__``) draws from Python's and
+NumPy's global generators. The original draws them for the samples of its batch in one order, each rank for its
+own share in another, so rank 1's flips were never the original's: verify said "inputs-differ" for a conversion
+that was correct (an issue 19 audit script with ``RandomHorizontalFlip`` and ``RandomCrop``). So while a
+DataLoader fetches sample ``i`` (its map-style fetcher, in the main process, Paddle's reading thread or a worker)
+and a library transform runs (``BaseTransform.__call__``), Python's ``random`` and NumPy's ``np.random`` functions
+draw from generators seeded by ``i`` alone: sample ``i`` is augmented alike wherever it lands, and the global
+streams do not advance.
 
-Python's and NumPy's module functions are replaced by dispatchers (a thread-local generator while a sample is
-fetched, the module's own otherwise): Paddle reads batches in a thread while the main thread trains, so saving
-and restoring the global state there would race. ``seed``, ``get_state`` and ``set_state`` stay as they are.
+Only a library's transforms: draws the script's own ``__getitem__`` makes stay as they are, so a Dataset that
+ignores its index and draws its samples from a generator seeded alike on every rank (every rank then reads the
+same samples: ``fixtures/paddle/random_samples_seeded``) is still seen as not sharded. torchvision's transforms
+draw from torch's generator and are not keyed (not installed here to test them).
+
+Python's and NumPy's module functions are replaced by dispatchers (a thread-local generator inside a transform, the
+module's own otherwise): Paddle reads batches in a thread while the main thread trains, so saving and restoring
+the global state there would race. ``seed``, ``get_state`` and ``set_state`` stay as they are.
 A sample's draws are the same every epoch in both runs: a change of the run's, like shuffling off.
 """
 
@@ -35,10 +38,12 @@ _NUMPY_KEPT = ("seed", "get_state", "set_state", "RandomState", "Generator", "de
 
 
 class _Keyed(threading.local):
-    """This thread's generators while it fetches a sample (None otherwise), and whether any was drawn from."""
+    """This thread's keyed generators while it fetches a sample (None otherwise), whether a library transform is
+    running (only then do the dispatchers use them), and whether any was drawn from."""
 
     python: random.Random | None = None
     numpy = None
+    transforms = 0
     drew = False
 
 
@@ -65,7 +70,7 @@ def numpy_ready(np) -> None:
 def _dispatching(name: str, own, which: str):
     @functools.wraps(own)
     def draw(*args, **kwargs):
-        keyed = getattr(_keyed, which)
+        keyed = getattr(_keyed, which) if _keyed.transforms else None
         if keyed is None:
             return own(*args, **kwargs)
         _keyed.drew = True
@@ -73,40 +78,44 @@ def _dispatching(name: str, own, which: str):
     return draw
 
 
-def key_torch_fetches(fetch_module, recorder) -> None:
-    """``torch.utils.data._utils.fetch``: map-style fetches key their samples' draws (torch's generator too)."""
-    _key_fetches(fetch_module._MapDatasetFetcher, recorder, torch=sys.modules.get("torch"))
-
-
 def key_paddle_fetches(fetch_module, recorder) -> None:
-    """``paddle.io.dataloader.fetcher``: the same for Paddle (its transforms draw from ``random`` and NumPy)."""
-    _key_fetches(fetch_module._MapDatasetFetcher, recorder, torch=None)
-
-
-def _key_fetches(fetcher_class, recorder, torch) -> None:
-    original = fetcher_class.fetch
+    """``paddle.io.dataloader.fetcher``: a map-style fetch of sample ``i`` holds generators seeded by ``i``."""
+    original = fetch_module._MapDatasetFetcher.fetch
 
     @functools.wraps(original)
     def fetch(self, *args, **kwargs):
         if not isinstance(self.dataset, _KeyedDataset):
-            self.dataset = _KeyedDataset(self.dataset, recorder, torch)
+            self.dataset = _KeyedDataset(self.dataset, recorder)
         return original(self, *args, **kwargs)
 
-    fetcher_class.fetch = fetch
+    fetch_module._MapDatasetFetcher.fetch = fetch
+
+
+def key_paddle_transforms(transforms_module, recorder) -> None:
+    """``paddle.vision.transforms.transforms``: every transform (``BaseTransform.__call__``, which the random ones
+    all go through) draws from the sample's generators while a sample is fetched."""
+    base = transforms_module.BaseTransform
+    original = base.__call__
+
+    @functools.wraps(original)
+    def call(self, *args, **kwargs):
+        _keyed.transforms += 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _keyed.transforms -= 1
+
+    base.__call__ = call
 
 
 class _KeyedDataset:
-    """The script's map-style dataset, each ``[index]`` drawing from generators seeded by that index.
+    """The script's map-style dataset, each ``[index]`` holding generators seeded by that index for the library
+    transforms it runs. Attributes are the dataset's."""
 
-    Attributes are the dataset's; ``__getitems__`` is not offered, so torch's fetcher asks sample by sample.
-    """
-
-    def __init__(self, dataset, recorder, torch):
-        self._dataset, self._recorder, self._torch = dataset, recorder, torch
+    def __init__(self, dataset, recorder):
+        self._dataset, self._recorder = dataset, recorder
 
     def __getattr__(self, name):
-        if name == "__getitems__":
-            raise AttributeError(name)
         return getattr(self._dataset, name)
 
     def __len__(self):
@@ -118,26 +127,13 @@ class _KeyedDataset:
         _keyed.python = random.Random(seed)
         _keyed.numpy = numpy.random.RandomState(seed) if numpy is not None else None
         _keyed.drew = False
-        torch_state = self._torch_seeded(seed)
         try:
             return self._dataset[index]
         finally:
-            drew = _keyed.drew
             _keyed.python = _keyed.numpy = None
-            if torch_state is not None:
-                drew = drew or not self._torch.equal(self._torch.random.get_rng_state(), self._seeded_state)
-                self._torch.random.set_rng_state(torch_state)
-            if drew:
-                self._recorder.changed("random draws per sample keyed by its index (augmentation alike in both runs)")
-
-    def _torch_seeded(self, seed: int):
-        """torch's generator seeded for this sample, its state to restore (None without torch)."""
-        if self._torch is None:
-            return None
-        saved = self._torch.random.get_rng_state()
-        self._torch.manual_seed(seed)
-        self._seeded_state = self._torch.random.get_rng_state()
-        return saved
+            if _keyed.drew:
+                self._recorder.changed("augmentation keyed by the sample's index (paddle.vision transforms: alike "
+                                       "in both runs)")
 
 
 def _seed_of(index) -> int:
