@@ -654,3 +654,39 @@ class Trainer:
             '                dp.save(self.model.state_dict(), "best.pdparams")\n') in out, out
     [change] = findings_of(result, "paddle-save-condition", "change")
     assert "the figure it keeps (self.best) is that mean too" in change.message
+
+
+def test_an_unseeded_paddle_random_split_is_shared_like_torchs():
+    """BJTUcaptcha (issue 19 audit): ``paddle.io.random_split`` drawn on each rank apart gave each its own train
+    and test sets (samples trained twice, others never, a test sample trained on)."""
+    result = convert_text('''\
+import paddle
+
+train_data, test_data = paddle.io.random_split(DATASET, [16, 4])
+loader = paddle.io.DataLoader(train_data, batch_size=4)
+model = paddle.nn.Linear(4, 1)
+opt = paddle.optimizer.SGD(parameters=model.parameters())
+for x, y in loader:
+    paddle.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+''')
+    assert "train_data, test_data = dp.broadcast(paddle.io.random_split(DATASET, [16, 4]))" in result.output.decode()
+    assert findings_of(result, "shared-random-data", "change")
+
+
+def test_a_high_level_save_is_followed_by_a_barrier_that_also_serves_the_reload():
+    """paddle-workbook's eye-disease and cats-and-dogs trainers (issue 19 audit): ``model.save("params/<run>/...")``
+    writes on rank 0 only and returns at once on the others; a report written into that folder next failed on
+    rank 1 (FileNotFoundError). A barrier after the save; a reload right after needs no second one."""
+    result = convert_text('''\
+import paddle
+
+model = paddle.Model(paddle.nn.Linear(8, 2))
+model.prepare(paddle.optimizer.SGD(parameters=model.parameters()), paddle.nn.MSELoss())
+model.fit(TRAIN, epochs=1, batch_size=16)
+model.save("params/run/final")
+write_report("params/run/report.json")
+model.load("params/run/final")
+''')
+    out = result.output.decode()
+    assert 'model.save("params/run/final")\ndp.barrier()\nwrite_report(' in out and out.count("dp.barrier()") == 1, out
