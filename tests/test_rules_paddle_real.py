@@ -690,23 +690,3 @@ model.load("params/run/final")
 ''')
     out = result.output.decode()
     assert 'model.save("params/run/final")\ndp.barrier()\nwrite_report(' in out and out.count("dp.barrier()") == 1, out
-
-
-def test_a_dygraph_loop_under_device_guard_is_converted():
-    """CNN_DSMC (issue 19 audit) trains inside ``with paddle.static.device_guard('gpu'):``, which does nothing in
-    dynamic-graph mode: the file was taken for a static-graph one and its loop, model and optimizer left alone."""
-    result = convert_text('''\
-import paddle
-
-model = paddle.nn.Linear(4, 1)
-opt = paddle.optimizer.AdamW(parameters=model.parameters())
-loader = paddle.io.DataLoader(DATA, batch_size=8)
-with paddle.static.device_guard("gpu"):
-    for x, y in loader:
-        paddle.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-        opt.clear_grad()
-''')
-    out = result.output.decode()
-    assert "model = dp.distributed_model(model)" in out and "dp.distributed_optimizer(paddle.optimizer.AdamW(" in out
-    assert "loader = dp.distributed_loader(paddle.io.DataLoader(DATA, batch_size=8))" in out

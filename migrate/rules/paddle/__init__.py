@@ -80,15 +80,15 @@ _DOWNLOADING_DATASETS = (
 # what builds or runs a static graph under paddle.static: a file is static when it builds a program, not when it
 # names a configuration class of the static module (InputSpec, which dygraph scripts give to paddle.jit.save, and
 # BuildStrategy / ExecutionStrategy, which they give to paddle.jit.to_static), nor when it calls the run-time
-# switch paddle.enable_static() (often under an option, in dygraph scripts: see graph_mode.py), nor device_guard
+# switch paddle.enable_static() (often under an option, in dygraph scripts: see graph_mode.py)
 _STATIC_GRAPH = (
     "data", "Program", "program_guard", "Executor", "default_main_program", "default_startup_program", "nn",
     "save", "load", "save_inference_model", "load_inference_model", "CompiledProgram",
     "ParallelExecutor", "append_backward", "gradients", "global_scope", "scope_guard",
     "cpu_places", "cuda_places", "create_global_var", "create_parameter", "Variable", "name_scope", "py_func",
     "accuracy", "auc", "set_program_state", "load_program_state", "serialize_program", "deserialize_program",
-    "normalize_program", "amp", "ipu_shard_guard", "Print",
-)  # not device_guard: dygraph scripts wrap their loops in it too (CNN_DSMC), where it does nothing
+    "normalize_program", "amp", "device_guard", "ipu_shard_guard", "Print",
+)
 
 _SWITCHES = ("paddle.enable_static", "paddle.framework.enable_static")
 
