@@ -690,3 +690,23 @@ model.load("params/run/final")
 ''')
     out = result.output.decode()
     assert 'model.save("params/run/final")\ndp.barrier()\nwrite_report(' in out and out.count("dp.barrier()") == 1, out
+
+
+def test_a_high_level_save_under_a_test_keeps_its_note_and_gets_no_barrier():
+    """``if result["loss"] < best: model.save(...)``: evaluate's loss is each rank's own, so the ranks may part
+    there, and a barrier only some reach would hang."""
+    result = convert_text('''\
+import paddle
+
+model = paddle.Model(paddle.nn.Linear(8, 2))
+model.prepare(paddle.optimizer.SGD(parameters=model.parameters()), paddle.nn.MSELoss())
+best = 1e9
+for epoch in range(3):
+    model.fit(TRAIN, epochs=1, batch_size=16)
+    result = model.evaluate(DEV, batch_size=16)
+    if result["loss"][0] < best:
+        best = result["loss"][0]
+        model.save("best")
+''')
+    assert "dp.barrier()" not in result.output.decode()
+    assert any("writes on (local) rank 0 only" in f.message for f in findings_of(result, "paddle-high-level-api", "note"))

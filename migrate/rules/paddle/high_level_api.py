@@ -58,8 +58,7 @@ class PaddleHighLevelApi(Rule):
         for save in saves:
             statement = self.q.statement_of(save.call)
             if (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-                    and isinstance(statement.body[0], cst.Expr)
-                    and self.ctx.analysis(RankAnalysis).rank_condition(save.call) is None):
+                    and isinstance(statement.body[0], cst.Expr) and not self._conditional(statement)):
                 self.ctx.plan.insert_after(statement, self.statement("{dp}.barrier()\n"))
                 barriered.add(id(save.call))
                 self.report(save.call, "change", f"dp.barrier() after {save.model}.save(...): paddle.Model writes on "
@@ -110,6 +109,16 @@ class PaddleHighLevelApi(Rule):
             self.ctx.plan.insert_before(statement, self.statement("{dp}.barrier()\n"))
             self.report(load.call, "change", f"dp.barrier() before {load.model}.load(...): rank 0 writes the "
                         "checkpoint alone, the others wait until it is complete")
+
+    def _conditional(self, statement: cst.CSTNode) -> bool:
+        """Under an ``if``/``while`` of its function: its test may differ between the ranks (``evaluate``'s loss is
+        each rank's own), and a barrier only some ranks reach would hang; such a save keeps its note."""
+        for ancestor in self.q.ancestors(statement):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+                return False
+            if isinstance(ancestor, (cst.If, cst.While)):
+                return True
+        return False
 
     def _main_process_only(self, call: cst.Call) -> None:
         statement = self.q.statement_of(call)
