@@ -37,3 +37,17 @@ def assert_rule_converts(rule: str, before: str, after: str, **options) -> Conve
     assert result.output.decode() == textwrap.dedent(after)
     assert {f.rule for f in result.findings} <= {rule, "detect-framework"}
     return result
+
+
+# the same small script in torch and in Paddle: a loader, a linear model and its SGD, by framework
+LOADER_FRAMEWORKS = {
+    "torch": dict(framework="torch", loader_module="torch.utils.data", linear="torch.nn.Linear(4, {width})",
+                  optimizer="torch.optim.SGD(model.parameters(), lr=0.1)"),
+    "paddle": dict(framework="paddle", loader_module="paddle.io", linear="paddle.nn.Linear(4, {width})",
+                   optimizer="paddle.optimizer.SGD(parameters=model.parameters())"),
+}
+
+
+def loader_framework(name: str, width: int) -> dict[str, str]:
+    """The ``LOADER_FRAMEWORKS`` entry of ``name`` with a model ``width`` outputs wide."""
+    return {k: v.format(width=width) if k == "linear" else v for k, v in LOADER_FRAMEWORKS[name].items()}

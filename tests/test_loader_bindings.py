@@ -10,7 +10,7 @@ scope, in torch too.
 from __future__ import annotations
 
 import pytest
-from rule_testing import convert_text, findings_of
+from rule_testing import LOADER_FRAMEWORKS, convert_text, findings_of, loader_framework
 
 SHADOWED = '''\
     import {framework}
@@ -49,12 +49,7 @@ REBOUND = '''\
     for x, y in loader:
         scores.append(float(((model(x) - y) ** 2).mean()))
     '''
-FRAMEWORKS = {
-    "torch": dict(framework="torch", loader_module="torch.utils.data", linear="torch.nn.Linear(4, 4)",
-                  optimizer="torch.optim.SGD(model.parameters(), lr=0.1)"),
-    "paddle": dict(framework="paddle", loader_module="paddle.io", linear="paddle.nn.Linear(4, 4)",
-                   optimizer="paddle.optimizer.SGD(parameters=model.parameters())"),
-}
+FRAMEWORKS = {name: loader_framework(name, 4) for name in LOADER_FRAMEWORKS}
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

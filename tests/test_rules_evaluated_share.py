@@ -8,7 +8,7 @@ printed rank 0's half ("val samples 16" for 32) while the report spoke only of t
 from __future__ import annotations
 
 import pytest
-from rule_testing import convert_text, findings_of
+from rule_testing import LOADER_FRAMEWORKS, convert_text, findings_of, loader_framework
 
 from dpmigrate.cli import main
 
@@ -34,12 +34,7 @@ SCRIPT = '''\
                 total += float((model(x) - y).pow(2).sum())
             print(total)
     '''
-FRAMEWORKS = {
-    "torch": dict(framework="torch", loader_module="torch.utils.data", linear="torch.nn.Linear(4, 1)",
-                  optimizer="torch.optim.SGD(model.parameters(), lr=0.1)"),
-    "paddle": dict(framework="paddle", loader_module="paddle.io", linear="paddle.nn.Linear(4, 1)",
-                   optimizer="paddle.optimizer.SGD(parameters=model.parameters())"),
-}
+FRAMEWORKS = {name: loader_framework(name, 1) for name in LOADER_FRAMEWORKS}
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -32,6 +32,7 @@ from .flow import (
     returned_at,
     self_attribute,
 )
+from .imported_names import names_imported_from, received_positions, root_name
 from .query import Query, body_statements
 
 Role = Literal["train", "eval", "unknown"]
@@ -99,11 +100,11 @@ class LoaderFlow:
         found: list[tuple[str, int, cst.Call, list[Loop]]] = []
         if not modules:
             return found
-        roots = _names_imported_from(query.module, set(modules))
+        roots = names_imported_from(query.module, set(modules))
         for call in query.index.of_type(query.module, cst.Call):
-            if not isinstance(query.parent(call), cst.Assign) or _root_name(call.func) not in roots:
+            if not isinstance(query.parent(call), cst.Assign) or root_name(call.func) not in roots:
                 continue  # only `x = f()` / `a, b = f()` of a name imported from a local module
-            targets = _received_positions(query.statement_of(call), call)
+            targets = received_positions(query.statement_of(call), call)
             if not targets:
                 continue
             names = [n for module in modules for n in query.index.qualified_names_under(call.func, module)
@@ -210,53 +211,6 @@ def _loops_over(query: Query, scope: cst.CSTNode, name: str, depth: int) -> list
         if parameter is not None:
             loops.extend(_loops_over(query, function, parameter, depth + 1))
     return loops
-
-
-def _names_imported_from(module: cst.Module, modules: set[str]) -> set[str]:
-    """Names the file's top-level imports bind from ``modules`` (``import data``, ``from data import f``)."""
-    names: set[str] = set()
-    for statement in module.body:
-        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
-            if isinstance(small, cst.Import):
-                for alias in small.names:
-                    full = _dotted(alias.name)
-                    if full.split(".")[0] in modules:
-                        names.add(alias.asname.name.value if alias.asname else full.split(".")[0])
-            elif isinstance(small, cst.ImportFrom) and small.module is not None and len(small.relative) <= 1:
-                if _dotted(small.module).split(".")[0] in modules and not isinstance(small.names, cst.ImportStar):
-                    names.update(a.asname.name.value if a.asname else _dotted(a.name) for a in small.names)
-            elif isinstance(small, cst.ImportFrom) and small.module is None and len(small.relative) == 1:
-                if not isinstance(small.names, cst.ImportStar):  # from . import data
-                    names.update(a.asname.name.value if a.asname else _dotted(a.name) for a in small.names
-                                 if _dotted(a.name) in modules)
-    return names
-
-
-def _dotted(node: cst.BaseExpression) -> str:
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted(node.value)}.{node.attr.value}"
-    return node.value if isinstance(node, cst.Name) else ""
-
-
-def _root_name(node: cst.BaseExpression) -> str | None:
-    while isinstance(node, cst.Attribute):
-        node = node.value
-    return node.value if isinstance(node, cst.Name) else None
-
-
-def _received_positions(statement, call: cst.Call) -> list[tuple[int, str]]:
-    """(return position, name) for ``x = f()`` (position -1) and ``a, b = f()``."""
-    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
-        return []
-    assign = statement.body[0]
-    if not (isinstance(assign, cst.Assign) and assign.value is call and len(assign.targets) == 1):
-        return []
-    target = assign.targets[0].target
-    if isinstance(target, cst.Name):
-        return [(-1, target.value)]
-    if isinstance(target, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in target.elements):
-        return [(i, e.value.value) for i, e in enumerate(target.elements) if isinstance(e.value, cst.Name)]
-    return []
 
 
 def _hinted_role(query: Query, call: cst.Call, name: str | None, hints: dict[tuple[str, int], str]) -> Role | None:
@@ -403,4 +357,3 @@ def _parameters_receiving(function: cst.FunctionDef, call: cst.Call, name: str) 
 
 def _scope(query: Query, node: cst.CSTNode) -> cst.CSTNode:
     return query.function_of(node) or query.module
-

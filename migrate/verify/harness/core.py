@@ -37,6 +37,7 @@ from pathlib import Path
 
 from .. import dumps
 from . import fingerprint, sample_draws
+from .after_import import AfterImport
 from .children import end_children
 
 ENV_OUT = "DPMIGRATE_VERIFY_OUT"
@@ -311,47 +312,6 @@ def leave(recorder: Recorder) -> None:
 # --- activation -----------------------------------------------------------------------------------------
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a callback when a module (a package or one of its modules) has finished importing (the module exists, fully built)."""
-
-    def __init__(self, callbacks: dict[str, Callable[[object], None]]):
-        self.callbacks = callbacks
-        self._busy: set[str] = set()
-
-    def find_spec(self, fullname, path, target=None):
-        callback = self.callbacks.get(fullname)
-        if callback is None or fullname in self._busy:
-            return None
-        self._busy.add(fullname)
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._busy.discard(fullname)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = _Then(spec.loader, callback, fullname)
-        return spec
-
-
-class _Then(importlib.abc.Loader):
-    def __init__(self, loader, callback, name):
-        self.loader, self.callback, self.name = loader, callback, name
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        module.__loader__ = self.loader  # the module sees its own loader (resources, reloads)
-        if module.__spec__ is not None:
-            module.__spec__.loader = self.loader
-        self.loader.exec_module(module)
-        try:
-            self.callback(module)
-        except Exception as e:  # the harness must never be what breaks a run: say it, go on
-            print(f"dpmigrate verify: harness: could not prepare {self.name}: {type(e).__name__}: {e}",
-                  file=sys.stderr, flush=True)
-
-
 def _is_the_script() -> bool:
     script = os.environ.get(ENV_SCRIPT)
     if not script or not sys.argv or not sys.argv[0] or sys.argv[0] in ("-c", "-m"):
@@ -401,7 +361,7 @@ def activate() -> Recorder | None:
             getattr(adapter_module, function)(module, recorder)
         return run
 
-    sys.meta_path.insert(0, _AfterImport({
+    sys.meta_path.insert(0, AfterImport({
         "numpy": numpy_ready,
         "torch": adapter("torch", "install"),
         "paddle": adapter("paddle", "install"),
