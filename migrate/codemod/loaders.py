@@ -300,10 +300,15 @@ def evaluating_loops(query: Query, loader: Loader) -> list[Loop]:
 
 
 def _loop_trains(query: Query, loop: Loop) -> bool:
+    """The loop's body trains, directly or through a method of its own class (``loss = self.train_step(data)``:
+    the chapter-2 trainer of awesome-DeepLearning, whose loader was taken for an evaluation loader)."""
     if query.trains(loop.node.body):
         return True
-    if isinstance(loop, _ClassLoop) and loop.cls is not None:
-        return bool(_self_calls(query, loop.node.body) & _training_methods(query, loop.cls))
+    cls = loop.cls if isinstance(loop, _ClassLoop) else None
+    if cls is None:
+        cls = next((a for a in query.ancestors(loop.node) if isinstance(a, cst.ClassDef)), None)
+    if cls is not None:
+        return bool(_self_calls(query, loop.node.body) & _training_methods(query, cls))
     return False
 
 
