@@ -7,6 +7,7 @@ import libcst as cst
 from ...codemod import patterns as m
 from ...codemod.loaders import LoaderFlow
 from ...codemod.rule import Rule
+from ..common.loop_draws import draws_in, loop_data_scopes
 from ..common.shared_random_data import NUMPY_DRAWS, PYTHON_DRAWS
 from ..common.shuffle_alike import align, alignable, shuffles_in, unseeded
 
@@ -46,7 +47,8 @@ class PaddleManualBatching(Rule):
         outer = [f for f in loops if f not in innermost]
         for loop in innermost[:1]:
             if not self._slices(loop):
-                return  # the whole data at every step: full-batch training (reported by the shared rules)
+                self._draws_per_step(loop)  # else the whole data at every step: full-batch (the shared rules say so)
+                return
             shuffles = unseeded(self, shuffles_in(self, [loop, *outer], _SHUFFLES | NUMPY_DRAWS | PYTHON_DRAWS))
             if shuffles and all(alignable(self, c) for c in shuffles):
                 align(self, shuffles)  # every rank shuffles alike: the same batches everywhere
@@ -64,6 +66,24 @@ class PaddleManualBatching(Rule):
                             "reads the same batches, which is correct (the averaged gradient is the original's) but "
                             "gives no speed-up", "give each rank its part of every batch (x, y = dp.shard(x), "
                             "dp.shard(y)), or build a paddle.io.DataLoader over a Dataset, which the conversion shards")
+
+    def _draws_per_step(self, loop: cst.CSTNode) -> None:
+        """Batches drawn at random at every step (``idx = [random.choice(...)]`` in the generator the loop reads):
+        unseeded, each rank draws its own, which is data parallelism with N times the batch, said in a note."""
+        draws = draws_in(self, loop_data_scopes(self, loop), NUMPY_DRAWS | PYTHON_DRAWS | self.vocabulary.random_draws)
+        if not draws:
+            return
+        if unseeded(self, draws):
+            self.report(loop, "note", "this training loop draws its batches at random at every step "
+                        f"(`{self.code(draws[0].func)}`, unseeded, no DataLoader): each rank draws its own, so the "
+                        "ranks train on different samples and the global batch is N x the script's; not the "
+                        "original's run step for step", "to compare with one process, seed that generator alike on "
+                        "every rank and give each rank its part of every batch (x = dp.shard(x))", effect="shard")
+        else:
+            self.report(loop, "note", "this training loop draws its batches at random at every step "
+                        f"(`{self.code(draws[0].func)}`) after a seed every rank sets alike: every rank draws the same "
+                        "batches, which is correct but gives no speed-up", "give each rank its part of every batch "
+                        "(x = dp.shard(x)), or seed each rank apart (seed + dp.rank()) for N times the batch")
 
     def _slices(self, loop: cst.CSTNode) -> bool:
         """The loop (or its iterable, a list of slices) cuts the data: ``data[k:k + B]``."""

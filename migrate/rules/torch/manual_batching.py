@@ -7,6 +7,7 @@ import libcst as cst
 from ...codemod import patterns as m
 from ...codemod.loaders import LoaderFlow
 from ...codemod.rule import Rule
+from ..common.loop_draws import loop_data_scopes
 from ..common.shuffle_alike import align, alignable, shuffles_in, unseeded
 
 _RANDOM = ("torch.rand", "torch.randn", "torch.randint", "torch.normal", "numpy.random.")  # fresh data per step
@@ -92,26 +93,11 @@ class ManualBatching(Rule):
     def _draws_fresh_data(self, loop) -> bool:
         """The loop draws its inputs at random at every step (directly or in a function of the file it calls), and
         indexes no data set."""
-        functions = self.q.module_functions()
-        called = self.q.called_names(loop)
-        scopes = [loop.body, *(functions[n] for n in called if n in functions)]
-        scopes += self._factories_of(called - set(functions), functions)
+        scopes = loop_data_scopes(self, loop)
         if any(self.q.index.of_type(scope, cst.Subscript) for scope in scopes):
             return False
         return any(self.q.callee_starts_with(c, prefix) for scope in scopes for c in self.q.index.of_type(scope, cst.Call)
                    for prefix in _RANDOM)
-
-    def _factories_of(self, names: set[str], functions: dict) -> list:
-        """The module functions that made the callables ``names`` hold (``sample = make_sampler(3.0, 1.0)``, a
-        lambda drawing ``np.random.normal``): what the loop calls draws there (audit D2)."""
-        found = []
-        for assign in self.q.index.of_type(self.ctx.module, cst.Assign):
-            value = assign.value
-            if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
-                    and assign.targets[0].target.value in names and isinstance(value, cst.Call)
-                    and isinstance(value.func, cst.Name) and value.func.value in functions):
-                found.append(functions[value.func.value])
-        return found
 
     def _fresh_data(self, loop, policy: str) -> None:
         seeded = any(self.q.is_call_to(c, self.vocabulary.random_seeds | {"numpy.random.seed", "random.seed"})
