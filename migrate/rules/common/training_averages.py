@@ -31,32 +31,47 @@ class TrainingAverages(Rule):
                 if loop.variable is None or id(loop.node) in done:
                     continue
                 done.add(id(loop.node))
-                sums = self._averaged_sums(loop)
+                sums = self._averaged_sums(loop, _dataset_name(loader.call))
                 if sums:
                     self.ctx.plan.insert_after(loop.node, *(
                         self.statement(f'{s} = {{dp}}.all_reduce({s}, op="sum")\n') for s in sums
                     ))
+                    by = f"len({loop.variable}.dataset), the whole dataset" if self._after_loop else "the whole dataset's size"
                     self.report(loop.node, "change", f"{', '.join(sums)} summed over all ranks after this loop: it is "
-                                f"divided by len({loop.variable}.dataset), the whole dataset")
+                                f"divided by {by}")
 
-    def _averaged_sums(self, loop) -> list[str]:
+    def _averaged_sums(self, loop, dataset: str | None) -> list[str]:
+        """Sums divided by the dataset's size: after the loop (``total / len(loader.dataset)``), or in the loop's own
+        additions (``avg += loss.item() / len(train_set)``, LMF_Paddle: half the original's figure on 2 ranks)."""
         positions = self.ctx.positions
         end = positions[loop.node].end
-        dataset_len = m.Call(func=m.Name("len"), args=[m.Arg(m.Attribute(
-            value=m.Name(loop.variable), attr=m.Name("dataset")))])
+        divisor = m.Call(func=m.Name("len"), args=[m.Arg(m.Attribute(value=m.Name(loop.variable), attr=m.Name("dataset")))])
+        if dataset is not None:
+            divisor = divisor | m.Call(func=m.Name("len"), args=[m.Arg(m.Name(dataset))])
         used: set[str] = set()
-        for call in self.q.findall(loop.scope, dataset_len):
+        self._after_loop = False
+        for call in self.q.findall(loop.scope, divisor):
             if positions[call].start.line > end.line or (
                 positions[call].start.line == end.line and positions[call].start.column >= end.column
             ):
                 statement = self.q.statement_of(call)
                 used.update(n.value for n in self.q.findall(statement, m.Name()))
+                self._after_loop = self._after_loop or m.matches(call.args[0].value, m.Attribute())
         plain = self.q.assigned_names(loop.node) - {
             a.target.value for a in self.q.findall(loop.node, m.AugAssign(target=m.Name()))
         }
         sums = []
         for aug in self.q.findall(loop.node.body, m.AugAssign(target=m.Name(), operator=m.AddAssign())):
             name = aug.target.value
-            if name in used and name not in plain and name not in sums:
+            divided_here = bool(self.q.findall(aug.value, divisor))
+            if (name in used or divided_here) and name not in plain and name not in sums:
                 sums.append(name)
         return sums
+
+
+def _dataset_name(call) -> str | None:
+    """``train_set`` in ``DataLoader(train_set, ...)`` or ``DataLoader(dataset=train_set, ...)``."""
+    for index, arg in enumerate(call.args):
+        if (arg.keyword is None and index == 0) or (arg.keyword is not None and arg.keyword.value == "dataset"):
+            return arg.value.value if m.matches(arg.value, m.Name()) else None
+    return None
