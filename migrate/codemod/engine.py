@@ -49,7 +49,7 @@ def convert(source: bytes, path: str, options: Options = Options()) -> Conversio
     walks trees recursively) is converted with a higher recursion limit; past what even that allows
     the file is declined with a ConversionError, never a RecursionError traceback.
     """
-    if not may_use_a_framework(source) and not _names_a_local_framework(source, options):
+    if not _helper_of(options) and not may_use_a_framework(source) and not _names_a_local_framework(source, options):
         return Conversion(path=path, original=source, output=source)
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, _RECURSION_LIMIT))
@@ -66,6 +66,12 @@ def convert(source: bytes, path: str, options: Options = Options()) -> Conversio
         gc.unfreeze()  # the tree goes back to the collector (see _parse_outside_the_collector)
 
 
+def _helper_of(options: Options) -> bool:
+    """A local module converted with the script that imports it, which says its framework (``mod/report.py``, writing
+    a JSON report with no framework import: issue 19's cats-and-dogs trainer, every rank writing it)."""
+    return options.importer_seeds is not None and options.framework in REGISTRY
+
+
 _LEFT_ALONE = ("hand-distributed", "multiprocessing", "mixed")  # scripts whose helper modules stay as they are too
 
 
@@ -74,6 +80,8 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # a fresh tree nobody else holds: no copy
     index = TreeIndex(wrapper)  # one index of the tree and one set of metadata, shared by detection and rules
     detection = detect(wrapper, index, options.local_frameworks)
+    if detection.status == "none" and _helper_of(options):  # a script's helper naming no framework: its writes
+        detection = Detection("convert", options.framework)
     findings = _detection_findings(detection, path, options)
     if detection.status == "none":
         return Conversion(path=path, original=source, output=source, findings=tuple(findings))
@@ -250,6 +258,8 @@ def _emit(ctx: Context, source: bytes, path: str) -> tuple[bytes, libcst.Module 
     if printed.code.encode(ctx.module.encoding) != source:
         raise ConversionError(path, "libcst cannot reprint this file byte for byte, so converting it could change "
                               "code no rule touched; it was left unchanged (please report it with the file)")
+    for name in sorted(ctx.plan.standard_imports):
+        new = add_import(new, name, None)
     if ctx.plan.needs_runtime_import:
         runtime = ctx.vocabulary.runtime_module
         new = add_import(new, runtime, None if ctx.alias == runtime else ctx.alias)

@@ -38,6 +38,7 @@ class Plan:
         self._groups: dict[cst.CSTNode, _Group] = {}
         self._grouped: set[cst.CSTNode] = set()
         self.needs_runtime_import = False  # set by whoever builds code that names the runtime
+        self.standard_imports: set[str] = set()  # standard-library modules the new code names (``os`` for os.devnull)
 
     def replace(self, node: cst.CSTNode, replacement: Replacement) -> None:
         """Rewrite ``node``; ``replacement`` gets it as earlier edits (inner ones included) left it."""

@@ -88,6 +88,8 @@ class MainProcessOutput(Rule):
             self._once(node, f"{self.code(node.func)}(...) run")
         elif isinstance(node.func, cst.Name) and node.func.value in _PROGRESS_FUNCTIONS:
             self._once(node, f"{node.func.value}(...) shown")
+        elif _opens_for_writing(self.q, node) and node.args and node.args[0].keyword is None:
+            self._kept_file(node)
         elif self.q.is_call_to(node, _TENSORBOARD):
             self.report(
                 node, "note",
@@ -111,6 +113,30 @@ class MainProcessOutput(Rule):
         self.report(opened[0], "change", "file written by the main process only (under `if dp.is_main_process():`)")
         self._unwrap_model_calls(node)
         self._wait_before_reads(node, {self.code(a.value) for a in opened[0].args[:1]})
+
+    def _kept_file(self, node: cst.Call) -> None:
+        """``log = open("log.txt", "w+")`` kept for the run (BJTUcaptcha's log, written from the training loop): every
+        rank opened and wrote it, so it held half of each rank's lines and a stray byte. The main process opens the
+        file; the others open ``os.devnull``, so every ``log.write(...)`` after it stays as it is."""
+        assign = self.q.parent(node)
+        if not (isinstance(assign, cst.Assign) and assign.value is node and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)):
+            return
+        if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None or "os" in self._other_names():
+            return
+        path = node.args[0].value
+        self.ctx.plan.replace(path, lambda updated: cst.IfExp(
+            test=self.dp("is_main_process()"), body=updated, orelse=cst.parse_expression("os.devnull"),
+            whitespace_before_if=cst.SimpleWhitespace(" "), whitespace_after_if=cst.SimpleWhitespace(" "),
+            whitespace_before_else=cst.SimpleWhitespace(" "), whitespace_after_else=cst.SimpleWhitespace(" ")))
+        self.ctx.plan.standard_imports.add("os")
+        self.report(node, "change", f"file `{self.code(path)}` opened for writing and kept in "
+                    f"`{assign.targets[0].target.value}`: opened by the main process; the other ranks write to os.devnull")
+
+    def _other_names(self) -> set[str]:
+        """Names bound in the file to something other than the ``os`` module (an ``os`` variable would shadow it)."""
+        return {t.value for a in self.q.index.of_type(self.ctx.module, cst.AssignTarget)
+                for t in [a.target] if isinstance(t, cst.Name)}
 
     def _disabled_off_main(self, updated: cst.Call) -> cst.Call:
         disable = cst.Arg(
