@@ -160,12 +160,14 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
         # a module another file of the run imports waits: if that file is left alone, so is the module
         imported = modules.imported
         waiting, left_alone, trainers, converted = [], [], [], []
+        frameworks: dict[str, str | None] = {}  # a converted script's framework: its helpers naming none are its
         for source, outcome in zip(sources, outcomes):
             conversion = outcome.conversion
             if conversion is not None and conversion.left_alone is not None:
                 left_alone.append(conversion)
             if conversion is not None and conversion.left_alone is None and conversion.output != conversion.original:
                 converted.append(conversion.path)  # its local modules are converted with it
+                frameworks[os.path.realpath(conversion.path)] = conversion.framework
             if conversion is not None and conversion.imported_training_returns:
                 trainers.append(dataclasses.replace(conversion, original=b"", output=b""))
             if conversion is not None and os.path.realpath(source.path) in imported:
@@ -190,7 +192,8 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
             source = hint.source_beside(sources)
             # a helper's downloads are the script's to guard: it runs their calls under dp.main_process_first()
             helper = {"ignore": (*options.ignore, "download-main-process-first"),
-                      "importer_seeds": seeded_families(hint.script)} if real in helpers else {}
+                      "importer_seeds": seeded_families(hint.script),
+                      "framework": frameworks.get(os.path.realpath(hint.script)) or options.framework} if real in helpers else {}
             outcome = convert_path(hint.path, dataclasses.replace(options, returned_roles=hint.returned_roles(),
                                                                   **helper))
             if outcome.conversion is not None and real in helpers:

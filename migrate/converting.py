@@ -102,7 +102,8 @@ def convert(source: bytes, path: str, options: Options) -> Conversion:
     libcst and the engine take about a quarter of a second to import: a pre-commit run on files
     that are not training code (most of them) never pays it, and ``--help`` never does.
     """
-    if not may_use_a_framework(source) and not imports_one_of(source, (m for m, _ in options.local_frameworks)):
+    helper = options.importer_seeds is not None and options.framework != "auto"  # a script's helper: its writes
+    if not helper and not may_use_a_framework(source) and not imports_one_of(source, (m for m, _ in options.local_frameworks)):
         return Conversion(path=path, original=source, output=source)  # (nor imports a local module that does)
     quiet = quiet_conversion(source, path, options.framework)  # converted before, nothing to check: no libcst
     if quiet is not None:

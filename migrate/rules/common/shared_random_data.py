@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...codemod import patterns as m
 from ...codemod.rule import Rule
 from .main_process_output import _opens_for_writing
 
@@ -123,12 +124,21 @@ class SharedRandomData(Rule):
         return name in self.q.module_functions() and not self._called_in_a_loop(name)
 
     def _dataset_of(self, function: cst.FunctionDef) -> cst.ClassDef | None:
-        """The data set class whose ``__init__`` ``function`` is (``class Noise(Dataset)``: its samples drawn there)."""
+        """The data set class whose ``__init__`` ``function`` is (``class Noise(Dataset)``: its samples drawn there),
+        or whose method only ``__init__`` calls (``self.rows = self.parse(path)``, a static ``parse`` shuffling the
+        list: the cats-and-dogs reader of paddle-workbook, each rank in its own order)."""
         owner = self.q.parent(self.q.parent(function))
-        if function.name.value != "__init__" or not isinstance(owner, cst.ClassDef):
+        if not isinstance(owner, cst.ClassDef):
             return None
         bases = [self.code(b.value).rsplit(".", 1)[-1] for b in owner.bases]
-        return owner if any(b in ("Dataset", "IterableDataset", "TensorDataset") for b in bases) else None
+        if not any(b in ("Dataset", "IterableDataset", "TensorDataset") for b in bases):
+            return None
+        if function.name.value == "__init__":
+            return owner
+        callers = {self.q.function_of(c) for c in self.q.index.of_type(self.ctx.module, cst.Call)
+                   if isinstance(c.func, cst.Attribute) and c.func.attr.value == function.name.value
+                   and m.matches(c.func.value, m.Name("self") | m.Name(owner.name.value))}
+        return owner if callers and all(f is not None and f.name.value == "__init__" for f in callers) else None
 
     def _in_dataset_init(self, call: cst.Call, cls: cst.ClassDef) -> bool:
         function = self.q.function_of(call)
