@@ -1,0 +1,73 @@
+"""Issue 19, audit rounds D and E, executed: the shapes of ``test_rules_audit_round_e.py`` on 2 ranks against 1 process.
+
+``dpmigrate verify`` of the fixtures ``trainer_keyword_loader`` and ``dataset_share_of_loss`` (1 process against 2,
+step by step, the split proven) is ``test_fixtures_execute_paddle.py``'s. Here, past verify's steps:
+
+- the trainer's log file, opened once at the top of the script, is written whole by the main process (both ranks
+  wrote it before: half the lines and a stray byte), and the steps it counts are the original's;
+- the epoch's loss per sample, added up as ``loss.item() * len(x) / len(train_set)``, prints the original's figures;
+- a ``paddle.Model`` project whose helper module, naming no framework, writes a report into the folder the save
+  makes: the job ends on both ranks (rank 1 crashed before) and is equivalent to one process, its data set's
+  shuffled list shared.
+
+The runs are subprocesses; this process imports no framework.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from fixture_cases import FIXTURES, run
+from test_rules_audit_round_e import write_project
+from test_verify_paddle_real import _launch, _python
+from verify_cases import explain, verify
+
+from dpmigrate.cli import main
+
+pytestmark = pytest.mark.slow
+
+PADDLE = FIXTURES / "paddle"
+
+
+def _original_and_launched(case: str, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir(), two.mkdir()
+    (one / "train.py").write_bytes((PADDLE / case / "before.py").read_bytes())
+    (two / "train.py").write_bytes(run(PADDLE / case, batch="global").output)
+    return one, _python(["train.py"], one), two, _launch("train.py", [], two)
+
+
+def test_the_trainers_log_is_written_once_whole_and_its_steps_are_the_originals(tmp_path):
+    one, original, two, job = _original_and_launched("trainer_keyword_loader", tmp_path)
+    assert (two / "history.txt").read_text().count("\n") == (one / "history.txt").read_text().count("\n") == 2
+    assert re.fullmatch(r"(epoch \d accuracy \d\.\d{4}\n)+", (two / "history.txt").read_text())  # no stray bytes
+    steps = [line.split("] ", 1)[-1] for line in job.stdout.splitlines() if "steps done" in line]
+    assert steps == [line for line in original.stdout.splitlines() if "steps done" in line] == ["steps done 16"]
+
+
+def test_the_loss_per_sample_of_the_epoch_prints_the_originals_figures(tmp_path):
+    _, original, _, job = _original_and_launched("dataset_share_of_loss", tmp_path)
+
+    def figures(output):
+        return [float(x) for x in re.findall(r"average loss ([0-9.]+)", output)]
+
+    expected, launched = figures(original.stdout), figures(job.stdout)
+    assert len(expected) == 3 and len(launched) == 3  # printed once, by the main process
+    assert launched == pytest.approx(expected, abs=2e-6)
+
+
+def test_a_paddle_model_project_with_a_writing_helper_ends_on_both_ranks_and_is_equivalent(tmp_path, monkeypatch):
+    original, converted = tmp_path / "original", tmp_path / "converted"
+    original.mkdir(), converted.mkdir()
+    write_project(original)
+    data = verify(original, monkeypatch, original / "train.py", steps=3)
+    assert data["verdict"] == "equivalent", explain(data)
+    check = data["comparison"]["data"]
+    assert check["observed"] == check["split"] == 3, explain(data)
+    write_project(converted)
+    main([str(converted / "train.py"), "--batch", "global"])
+    _launch("train.py", [], converted)
+    assert json.loads((converted / "params" / "run" / "report.json").read_text()).keys() == {"acc"}
+    assert (converted / "params" / "run" / "model.pdparams").exists()
