@@ -215,3 +215,21 @@ def test_a_helper_naming_no_framework_of_a_script_left_alone_stays_as_it_is(tmp_
     (tmp_path / "train.py").write_text("import report\nreport.write('r.json', {})\n")
     main([str(tmp_path / "train.py")])
     assert (tmp_path / "report.py").read_text() == textwrap.dedent(PROJECT_REPORT)
+
+
+def test_a_visualdl_writer_handed_to_another_modules_function_is_left_on_every_rank_and_declined():
+    result = convert_text("""\
+        import paddle
+        from visualdl import LogWriter
+        import loop
+        writer = LogWriter(logdir="log")
+        kept = LogWriter(logdir="kept")
+        for epoch in range(2):
+            loop.train_per_epoch(epoch, writer)
+            kept.add_scalar("epoch", epoch, epoch)
+        """)
+    out = result.output.decode()
+    assert 'writer = LogWriter(logdir="log")\n' in out and "loop.train_per_epoch(epoch, writer)" in out
+    assert 'kept = LogWriter(logdir="kept") if dp.is_main_process() else None' in out
+    [declined] = findings_of(result, "paddle-visualdl", "declined")
+    assert "handed to `loop.train_per_epoch(epoch, writer)`" in declined.message and declined.line == 4

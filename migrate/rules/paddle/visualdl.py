@@ -38,7 +38,14 @@ class PaddleVisualDL(Rule):
                 continue
             parent = q.parent(call)
             statement = q.statement_of(call)
-            if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+            if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name) \
+                    and (escape := self._handed_on(parent.targets[0].target.value)) is not None:
+                self.report(call, "declined", f"VisualDL's LogWriter `{parent.targets[0].target.value}` is handed to "
+                            f"`{self.code(escape)}`, which calls it where this file cannot guard it: left on every rank, "
+                            "each writes its own VisualDL log (N runs, or N writers in one file)",
+                            f"create it only when {self.ctx.alias}.is_main_process() (None elsewhere) and guard its calls "
+                            f"there with `if writer is not None:`")
+            elif isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
                 writers.add(parent.targets[0].target.value)
                 self.ctx.plan.replace(call, lambda updated: cst.IfExp(
                     test=self.dp("is_main_process()"), body=updated, orelse=cst.Name("None"),
@@ -55,6 +62,20 @@ class PaddleVisualDL(Rule):
             func = call.func
             if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in writers:
                 self._main_process_only(call, func.value.value)
+
+    def _handed_on(self, writer: str) -> cst.CSTNode | None:
+        """The call or assignment that hands ``writer`` on (``train_per_epoch(loader, model, writer)``,
+        ``self.writer = writer``): the stochastic-depth ResNet's local module called ``add_scalar`` on the None that
+        the other ranks had, and rank 1 failed (issue 19 audit)."""
+        for name in self.q.index.of_type(self.ctx.module, cst.Name):
+            if name.value != writer:
+                continue
+            parent = self.q.parent(name)
+            if isinstance(parent, cst.Arg):
+                return self.q.parent(parent)
+            if isinstance(parent, (cst.Assign, cst.Element, cst.DictElement)) and getattr(parent, "value", None) is name:
+                return parent
+        return None
 
     def _main_process_only(self, call: cst.Call, writer: str) -> None:
         statement = self.q.statement_of(call)
