@@ -49,6 +49,11 @@ class Options:
     local_batchnorm_models: tuple[str, ...] = ()
     # "module.Class" of the local modules' model classes whose forward calls a layer only under a condition, or never
     local_unreached_layer_models: tuple[str, ...] = ()
+    # "module.function:index:parameter" of the local modules' functions whose loop over that parameter trains: a
+    # loader the script hands there is a training loader (``utils.train_per_epoch(loader, model, opt)``)
+    local_training_parameters: tuple[str, ...] = ()
+    # "module.function" of the local modules' functions that train: a file calling one trains (``train_model()``)
+    local_trainers: tuple[str, ...] = ()
     # set when this file is a local module a converted training script imports: the random generators that
     # script seeds ("python", "numpy", "framework"); its data sets' constructors then build training data
     importer_seeds: tuple[str, ...] | None = None

@@ -9,8 +9,11 @@ ranks printed different validation figures with nothing said). Named as the scri
 Why the layers: a model class in ``models/resnet.py`` whose ``forward`` skips a block at random (stochastic
 depth: Paddle-Stochastic-Depth-ResNet110, issue 19 audit) gives some parameters no gradient in a step, and the
 reducer then fails the second step unless ``dp.Strategy(find_unused_parameters=True)`` (``unused_parameters.py``
-looks at the script's own classes; this, at its modules'). A module is parsed only when its text names a batch
-normalisation class or defines ``forward``.
+looks at the script's own classes; this, at its modules'). Why the training functions: a script that hands its
+DataLoader to a local module's ``train_per_epoch(loader, model, opt, ...)``, whose loop trains, had the loader
+declined as one whose use could not be told (the stochastic-depth ResNet's ``models/utils.py``): the parameter
+positions that such a loop iterates make it a training loader. A module is parsed only when its text names a
+batch normalisation class, defines ``forward`` or calls ``.backward(``.
 """
 
 from __future__ import annotations
@@ -22,58 +25,116 @@ from collections.abc import Iterable
 _MARK = b"BatchNorm"  # torch BatchNorm2d, Paddle BatchNorm2D, Keras BatchNormalization, SyncBatchNorm
 
 
-def model_facts(folder: str, files: Iterable[str], cache: dict) -> tuple[list[str], list[str]]:
+_NONE: tuple[tuple[str, ...], ...] = ((), (), (), ())
+
+
+def model_facts(folder: str, files: Iterable[str], cache: dict) -> tuple[list[str], ...]:
     """``module.Name`` (dotted from ``folder``) of the top-level classes and functions of ``files`` that build a
     batch normalisation layer (directly or through another such definition of their module), and of the classes
-    whose ``forward`` calls a layer of theirs only under a condition, or never. ``cache`` (real path -> facts) is
-    the run's: a module many files import is read once."""
-    batchnorm: list[str] = []
-    unreached: list[str] = []
+    whose ``forward`` calls a layer of theirs only under a condition, or never; and ``module.function:index:name``
+    of the parameters a training loop of a top-level function iterates; ``module.function`` of the top-level
+    functions that run a backward pass (directly or through one another). ``cache`` (real path -> facts) is the
+    run's: a module many files import is read once."""
+    found: tuple[list[str], ...] = ([], [], [], [])
     for file in files:
         real = os.path.realpath(file)
         facts = cache.get(real)
         if facts is None:
             facts = cache[real] = _facts_of(file)
-        if facts[0] or facts[1]:
+        if any(facts):
             module = os.path.relpath(file, folder).removesuffix(".py").replace(os.sep, ".").removesuffix(".__init__")
-            batchnorm.extend(f"{module}.{name}" for name in facts[0])
-            unreached.extend(f"{module}.{name}" for name in facts[1])
-    return batchnorm, unreached
+            for kind, names in zip(found, facts):
+                kind.extend(f"{module}.{name}" for name in names)
+    return found
 
 
-def _facts_of(file: str, depth: int = 0) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _facts_of(file: str, depth: int = 0) -> tuple[tuple[str, ...], ...]:
     try:
         with open(file, "rb") as f:
             source = f.read()
     except OSError:
-        return (), ()
+        return _NONE
     if os.path.basename(file) == "__init__.py" and depth < 3 and b"from ." in source:
         return _reexported(file, source, depth)
-    if _MARK not in source and b"def forward" not in source:
-        return (), ()
+    if _MARK not in source and b"def forward" not in source and b".backward(" not in source:
+        return _NONE
     try:
         tree = ast.parse(source, file)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return (), ()
-    return tuple(sorted(_builders(tree))) if _MARK in source else (), tuple(sorted(_unreached(tree)))
+        return _NONE
+    trains = b".backward(" in source
+    return (tuple(sorted(_builders(tree))) if _MARK in source else (), tuple(sorted(_unreached(tree))),
+            tuple(_training_parameters(tree)) if trains else (), tuple(sorted(_trainers(tree))) if trains else ())
 
 
-def _reexported(file: str, source: bytes, depth: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _reexported(file: str, source: bytes, depth: int) -> tuple[tuple[str, ...], ...]:
     """A package's ``__init__.py`` re-exporting its modules' names (``from .net import *``, ``from .net import
     Net``): their facts, under the package's name (``from models import Net`` calls ``models.Net``)."""
     try:
         tree = ast.parse(source, file)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return (), ()
-    batchnorm, unreached = set(), set()
+        return _NONE
+    found: tuple[set[str], ...] = (set(), set(), set(), set())
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
             inner = _facts_of(os.path.join(os.path.dirname(file), *node.module.split(".")) + ".py", depth + 1)
             names = {a.name for a in node.names}
             keep = (lambda n: True) if names == {"*"} else names.__contains__
-            batchnorm.update(n for n in inner[0] if keep(n))
-            unreached.update(n for n in inner[1] if keep(n))
-    return tuple(sorted(batchnorm)), tuple(sorted(unreached))
+            for kind, facts in zip(found, inner):
+                kind.update(n for n in facts if keep(n.split(":", 1)[0]))
+    return tuple(tuple(sorted(kind)) for kind in found)
+
+
+def _training_parameters(tree: ast.Module) -> list[str]:
+    """``function:index:name`` of each parameter of a top-level function that a ``for`` loop of it iterates
+    (``loader``, ``enumerate(loader)``, ``tqdm(loader)``, ``loader()``) when that loop calls ``.backward()`` or an
+    optimizer's ``.step()``."""
+    found = []
+    for function in (d for d in tree.body if isinstance(d, ast.FunctionDef)):
+        parameters = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+        for loop in (n for n in ast.walk(function) if isinstance(n, ast.For)):
+            iterated = _iterated_name(loop.iter)
+            if iterated in parameters and _trains(loop):
+                entry = f"{function.name}:{parameters.index(iterated)}:{iterated}"
+                if entry not in found:
+                    found.append(entry)
+    return found
+
+
+def _trainers(tree: ast.Module) -> set[str]:
+    """Top-level functions that run a backward pass or an optimizer step, directly or through one another
+    (``main.py`` calling ``train.train_model()``, the stochastic-depth ResNet's entry point)."""
+    functions = {d.name: d for d in tree.body if isinstance(d, ast.FunctionDef)}
+    found = {name for name, f in functions.items() if _trains(f)}
+    calls = {name: {n.func.id for n in ast.walk(f) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+             for name, f in functions.items()}
+    changed = True
+    while changed:
+        changed = False
+        for name in functions:
+            if name not in found and calls[name] & found:
+                found.add(name)
+                changed = True
+    return found
+
+
+def _iterated_name(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in ("len", "range")):
+        if not node.args:  # loader()
+            node = node.func
+            break
+        node = node.args[0]  # enumerate(loader), tqdm(loader, ...)
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _trains(block: ast.AST) -> bool:
+    for node in ast.walk(block):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            if node.func.attr == "backward" or (node.func.attr in ("step", "minimize") and isinstance(owner, ast.Name)
+                                                 and "opt" in owner.id.lower()):
+                return True
+    return False
 
 
 def _unreached(tree: ast.Module) -> set[str]:

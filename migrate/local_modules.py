@@ -261,13 +261,16 @@ class LocalModules:
     logging: tuple[str, ...] = ()  # Options.local_logging
     batchnorm: tuple[str, ...] = ()  # Options.local_batchnorm_models
     unreached: tuple[str, ...] = ()  # Options.local_unreached_layer_models
+    training: tuple[str, ...] = ()  # Options.local_training_parameters
+    trainers: tuple[str, ...] = ()  # Options.local_trainers
 
     def options(self) -> dict[str, tuple]:
         """The fields of :class:`~dpmigrate.findings.Options` this fills."""
         return {"local_modules": self.names, "local_frameworks": self.frameworks,
                 "downloading_functions": self.downloading, "star_framework_imports": self.star,
                 "local_logging": self.logging, "local_batchnorm_models": self.batchnorm,
-                "local_unreached_layer_models": self.unreached}
+                "local_unreached_layer_models": self.unreached, "local_training_parameters": self.training,
+                "local_trainers": self.trainers}
 
 
 def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAGE) -> LocalModules:
@@ -287,6 +290,8 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
     logs: dict[str, bool] = {}  # real path -> imports logging (a module many files import is read once)
     facts: dict[str, tuple] = {}
     unreached: set[str] = set()
+    training: set[str] = set()
+    trainers: set[str] = set()
     for path in paths:
         if (source := _read(path)) is None:
             continue
@@ -305,10 +310,12 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
         if through and tree is not None:
             star.update(_star_framework_imports(tree, imports, reader, packages))
         logging.update(name for name, files in imports.items() if any(_imports_logging(reader, f, logs) for f in files))
-        if _TRAINS.search(source):  # (the modules of a package that trains nothing are not parsed for it)
-            built, skipped = model_facts(os.path.dirname(real), {f for v in imports.values() for f in v}, facts)
+        if _TRAINS.search(source) or not framework_words:  # (nor those of a file naming a framework that trains nothing)
+            built, skipped, trains, runs = model_facts(os.path.dirname(real), {f for v in imports.values() for f in v}, facts)
             batchnorm.update(built)
             unreached.update(skipped)
+            training.update(trains)
+            trainers.update(runs)
         folder = os.path.dirname(real)
         for files in imports.values() if tree is not None and not reader.converted(path) else ():
             for file in files:  # (a converted module guards its own downloads)
@@ -318,10 +325,12 @@ def scan(paths: Iterable[str], packages: Mapping[str, str] = FRAMEWORK_OF_PACKAG
         imported &= {os.path.realpath(p) for p in paths}
     return LocalModules(tuple(sorted(names)), tuple(sorted(frameworks)), tuple(dict.fromkeys(downloading)), needed,
                         frozenset(imported), tuple(sorted(star.items())), tuple(sorted(logging)),
-                        tuple(sorted(batchnorm)), tuple(sorted(unreached)))
+                        tuple(sorted(batchnorm)), tuple(sorted(unreached)), tuple(sorted(training)),
+                        tuple(sorted(trainers)))
 
 
-_TRAINS = re.compile(rb"\.(?:backward|fit)\(")  # a file that may train: its models' facts matter
+_TRAINS = re.compile(rb"\.(?:backward|fit)\(|DataLoader\(")  # a file that may train (or hand a loader on to a module
+# that does): its models' facts matter
 
 
 def _imports_logging(reader: Reader, path: str, cache: dict[str, bool]) -> bool:

@@ -22,6 +22,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from ..frameworks import REGISTRY, Framework, framework_of_package
+from .imported_names import local_trainer_calls
 from .index import TreeIndex
 from .positions import start_of
 from .vocabulary import Vocabulary, matches
@@ -42,13 +43,15 @@ class Detection:
 
 
 def detect(wrapper: MetadataWrapper, index: TreeIndex | None = None,
-           local_frameworks: tuple[tuple[str, str], ...] = ()) -> Detection:
+           local_frameworks: tuple[tuple[str, str], ...] = (), local_modules: tuple[str, ...] = (),
+           local_trainers: tuple[str, ...] = ()) -> Detection:
     """Classify a parsed file; see the module docstring for the statuses.
 
     ``index`` is the engine's index of the same module, shared with the rules (built if None).
     ``local_frameworks``: (local module name, framework) of the modules beside the file that use one
     (``Options.local_frameworks``): a file that imports no framework itself but ``import setup_mod`` of
-    ``("setup_mod", "tensorflow")`` is written for TensorFlow, through that module.
+    ``("setup_mod", "tensorflow")`` is written for TensorFlow, through that module, when it trains itself or calls
+    one of ``local_trainers`` (``Options.local_trainers``: ``main.py`` running ``train_model()`` of ``trainlib``).
     """
     index = index or TreeIndex(wrapper)
     found = _Uses(index, names=False, local_frameworks=local_frameworks)  # imports and method calls first
@@ -56,7 +59,8 @@ def detect(wrapper: MetadataWrapper, index: TreeIndex | None = None,
     through = found.adopt_local_frameworks()
     frameworks = tuple(sorted(found.frameworks))
     where = lambda node: _position(wrapper, node)  # noqa: E731 - tiny local helper
-    if not frameworks or (through and not _trains_itself(found, frameworks)):  # (a helper of helpers: as before)
+    if not frameworks or (through and not _trains_itself(found, frameworks)  # (a helper of helpers: as before)
+                          and not local_trainer_calls(wrapper.module, index, local_modules, local_trainers)):
         return Detection("none", reason="imports no deep-learning framework")
     if found.runtime is not None:
         return Detection(

@@ -28,6 +28,7 @@ from ..findings import Conversion, ConversionError, Finding, Options
 from ..frameworks import REGISTRY, may_use_a_framework
 from . import selfcheck, star_imports
 from .detect import Detection, detect
+from .imported_names import local_trainer_calls
 from .imports import add_import
 from .index import TreeIndex
 from .loaders import LoaderFlow
@@ -79,7 +80,7 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
     module = _parse_outside_the_collector(source, path)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # a fresh tree nobody else holds: no copy
     index = TreeIndex(wrapper)  # one index of the tree and one set of metadata, shared by detection and rules
-    detection = detect(wrapper, index, options.local_frameworks)
+    detection = detect(wrapper, index, options.local_frameworks, options.local_modules, options.local_trainers)
     if detection.status == "none" and _helper_of(options):  # a script's helper naming no framework: its writes
         detection = Detection("convert", options.framework)
     findings = _detection_findings(detection, path, options)
@@ -91,13 +92,17 @@ def _convert(source: bytes, path: str, options: Options) -> Conversion:
     rule_set = REGISTRY[detection.framework].rule_set() if detection.status != "mixed" else None
     if rule_set is not None and rule_set.RULES:
         query = Query(wrapper, rule_set.VOCABULARY, index)
+        if options.local_trainers:
+            query.local_trainer_calls = local_trainer_calls(query.module, index, options.local_modules, options.local_trainers)
         ctx = Context(wrapper, path, options, query, alias=_free_alias(query), generation=detection.generation)
         chosen = _chosen(rule_set.RULES, options)
         _run_rules(ctx, chosen, convert=convertible)
         if convertible:
             output, ctx = _emit_without_divergence(ctx, source, path, chosen)
             # (a rule the user turned off: theirs; a file left whole on purpose says why in its own declined finding)
-            if output != source and all(r in chosen for r in rule_set.RULES if r.about_training):
+            whole_file = {r.name for r in chosen if r.declines_training}  # a rule that declined the file's training
+            if output != source and all(r in chosen for r in rule_set.RULES if r.about_training) and not any(
+                    f.rule in whole_file and f.severity == "declined" for f in ctx.findings):
                 silent = {r.name for r in chosen if not r.about_training}
                 ctx.findings.extend(selfcheck.uncovered(ctx, [f for f in ctx.findings if f.rule not in silent]))
             if rule_set.VOCABULARY.data_loaders and options.local_modules:  # what it trains on that its modules build

@@ -54,3 +54,15 @@ def received_positions(statement, call: cst.Call) -> list[tuple[int, str]]:
     if isinstance(target, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in target.elements):
         return [(i, e.value.value) for i, e in enumerate(target.elements) if isinstance(e.value, cst.Name)]
     return []
+
+
+def local_trainer_calls(module: cst.Module, index, modules: tuple[str, ...], trainers: tuple[str, ...]) -> list[cst.Call]:
+    """The file's calls of a local module's function that trains (``train_model()`` from ``trainlib``, found by
+    :func:`dpmigrate.local_models.model_facts`): an entry point that only calls it trains (the stochastic-depth
+    ResNet's ``main.py``, left with 0 changes while each rank trained alone)."""
+    roots = names_imported_from(module, set(modules))
+    if not roots or not trainers:
+        return []
+    wanted = set(trainers)
+    return [call for call in index.of_type(module, cst.Call) if root_name(call.func) in roots and any(
+        q.lstrip(".") in wanted for name in modules for q in index.qualified_names_under(call.func, name))]

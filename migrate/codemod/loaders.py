@@ -33,19 +33,11 @@ from .flow import (
     self_attribute,
 )
 from .imported_names import names_imported_from, received_positions, root_name
+from .loop_trains import ClassLoop, Loop, loop_trains
 from .query import Query, body_statements
 
 Role = Literal["train", "eval", "unknown"]
 _MAX_DEPTH = 3
-
-
-@dataclasses.dataclass
-class Loop:
-    """A ``for`` loop reading a loader, and the variable it reads it through (None: inline call)."""
-
-    node: cst.For
-    variable: str | None
-    scope: cst.CSTNode  # the function (or module) the loop is in
 
 
 @dataclasses.dataclass
@@ -71,13 +63,18 @@ class LoaderFlow:
         self.query = ctx.query
         hints = {(f, p): role for f, p, role in getattr(ctx.options, "returned_roles", ())}
         self.loaders = find_loaders(ctx.query, hints, ctx.analysis(Bindings))
+        trained = getattr(ctx.options, "local_training_parameters", ())
+        for index, loader in enumerate(self.loaders):
+            if loader.role == "unknown" and loader.name is not None and trained and handed_to_training(
+                    ctx.query, loader, ctx.options.local_modules, trained):
+                self.loaders[index] = dataclasses.replace(loader, role="train")
 
     def imported_training_returns(self, modules: tuple[str, ...]) -> list[tuple[str, int]]:
         """(qualified function name, return position) of functions of the local ``modules`` whose result
         a training loop of this file reads: ``train_loader, _ = data.get_loaders()`` then
         ``for x in train_loader: ...``. Only calls into those modules are looked at (cheaply)."""
         found = {(qualified, position) for qualified, position, _, loops in self._imported_returns(modules)
-                 if any(_loop_trains(self.query, loop) for loop in loops)}
+                 if any(loop_trains(self.query, loop) for loop in loops)}
         return sorted(found)
 
     def imported_evaluated_shares(self, modules: tuple[str, ...]) -> list[tuple[cst.Call, Loop]]:
@@ -86,10 +83,10 @@ class LoaderFlow:
         call. That module's one ``DataLoader(...)`` is sharded for training, so those loops evaluate this
         rank's share (the cross-file form of :func:`evaluating_loops`)."""
         returns = self._imported_returns(modules)
-        training = {(q, p) for q, p, _, loops in returns if any(_loop_trains(self.query, loop) for loop in loops)}
+        training = {(q, p) for q, p, _, loops in returns if any(loop_trains(self.query, loop) for loop in loops)}
         shares = []
         for qualified, position, call, loops in returns:
-            if (qualified, position) in training and loops and not any(_loop_trains(self.query, loop) for loop in loops):
+            if (qualified, position) in training and loops and not any(loop_trains(self.query, loop) for loop in loops):
                 shares.append((call, loops[0]))
         return shares
 
@@ -119,6 +116,29 @@ class LoaderFlow:
         return [loader for loader in self.loaders if loader.role == "train" and not own_sampling(loader)]
 
 
+def handed_to_training(query: Query, loader: Loader, modules: tuple[str, ...], trained: tuple[str, ...]) -> bool:
+    """The loader's name is handed to a local module's function whose loop over that parameter trains
+    (``utils.train_per_epoch(loader, model, opt, epoch)``, ``train(model, loader=train_loader)``): see
+    :func:`dpmigrate.local_models.model_facts`."""
+    parameters: dict[str, dict[int | str, None]] = {}
+    for entry in trained:
+        function, index, name = entry.rsplit(":", 2)
+        parameters.setdefault(function, {}).update({int(index): None, name: None})
+    scope = _scope(query, loader.call)
+    for call in query.index.of_type(scope, cst.Call):
+        if root_name(call.func) is None:
+            continue
+        for position, arg in enumerate(call.args):
+            if arg.star or not m.matches(arg.value, m.Name(loader.name)):
+                continue
+            key: int | str = arg.keyword.value if arg.keyword is not None else position
+            for module in modules:
+                for qualified in query.index.qualified_names_under(call.func, module):
+                    if key in parameters.get(qualified.lstrip("."), {}):
+                        return True
+    return False
+
+
 def own_sampling(loader: Loader) -> list[str]:
     """The sampling arguments a loader passes itself (``sampler=``, ``batch_sampler=``)."""
     return [a.keyword.value for a in loader.call.args if a.keyword and a.keyword.value in OWN_SAMPLING]
@@ -142,7 +162,7 @@ def find_loaders(query: Query, hints: dict[tuple[str, int], str] | None = None,
                 role: Role = hinted
             elif not loops:
                 role = "unknown"
-            elif any(_loop_trains(query, loop) for loop in loops):
+            elif any(loop_trains(query, loop) for loop in loops):
                 role = "train"
             else:
                 role = "eval"
@@ -205,7 +225,10 @@ def _loops_over(query: Query, scope: cst.CSTNode, name: str, depth: int) -> list
         if function is None or function is scope:
             continue
         for parameter in _parameters_receiving(function, call, name):
-            loops.extend(_loops_over(query, function, parameter, depth + 1))
+            for loop in _loops_over(query, function, parameter, depth + 1):
+                if loop.scope is function and loop.via is None:
+                    loop.via = call
+                loops.append(loop)
     for call, function in method_calls(query, scope):
         parameter = parameter_for(call, function, name)
         if parameter is not None:
@@ -269,7 +292,7 @@ def _loops_in_classes(query: Query, scope: cst.CSTNode, name: str) -> list[Loop]
         attributes = {a for s in body_statements(init) if (a := attribute_assigned_from(query, s, parameter))}
         for loop in query.index.of_type(cls, cst.For):
             if self_attribute(_iterated(loop.iter)) in attributes:
-                loops.append(_ClassLoop(loop, None, query.function_of(loop) or cls, cls))
+                loops.append(ClassLoop(loop, None, query.function_of(loop) or cls, cls=cls))
     return loops
 
 
@@ -285,50 +308,11 @@ def _iterated(iterable: cst.BaseExpression) -> cst.BaseExpression:
     return iterable
 
 
-@dataclasses.dataclass
-class _ClassLoop(Loop):
-    """A loop in a method of ``cls``: its training is judged with the class's own methods."""
-
-    cls: cst.ClassDef | None = None
-
-
 def evaluating_loops(query: Query, loader: Loader) -> list[Loop]:
     """The loops reading a training loader that do not train: a function that makes loaders, called for the
     training set and for the validation set (``get_dataloader(ds, bs, mode)``), shards both with its one
     ``DataLoader(...)``, so those loops evaluate this rank's share."""
-    return [loop for loop in loader.loops if not _loop_trains(query, loop)] if loader.role == "train" else []
-
-
-def _loop_trains(query: Query, loop: Loop) -> bool:
-    """The loop's body trains, directly or through a method of its own class (``loss = self.train_step(data)``:
-    the chapter-2 trainer of awesome-DeepLearning, whose loader was taken for an evaluation loader)."""
-    if query.trains(loop.node.body):
-        return True
-    cls = loop.cls if isinstance(loop, _ClassLoop) else None
-    if cls is None:
-        cls = next((a for a in query.ancestors(loop.node) if isinstance(a, cst.ClassDef)), None)
-    if cls is not None:
-        return bool(_self_calls(query, loop.node.body) & _training_methods(query, cls))
-    return False
-
-
-def _self_calls(query: Query, node: cst.CSTNode) -> set[str]:
-    return {c.func.attr.value for c in query.index.of_type(node, cst.Call)
-            if isinstance(c.func, cst.Attribute) and self_attribute(c.func) is not None}
-
-
-def _training_methods(query: Query, cls: cst.ClassDef) -> set[str]:
-    """Methods of ``cls`` that run a backward pass or a step, directly or through other methods."""
-    methods = {s.name.value: s for s in body_statements(cls) if isinstance(s, cst.FunctionDef)}
-    found = {name for name, fn in methods.items() if query.trains(fn.body)}
-    changed = True
-    while changed:
-        changed = False
-        for name, fn in methods.items():
-            if name not in found and _self_calls(query, fn.body) & found:
-                found.add(name)
-                changed = True
-    return found
+    return [loop for loop in loader.loops if not loop_trains(query, loop)] if loader.role == "train" else []
 
 
 def _iterates(iterable: cst.BaseExpression, name: str) -> bool:

@@ -31,6 +31,7 @@ class Query:
         self.findall = self.index.findall  # m.findall's answer, from the index
         self._training_functions: set[str] | None = None
         self._module_functions: dict[str, cst.FunctionDef] | None = None
+        self.local_trainer_calls: list[cst.Call] = []  # calls of a local module's function that trains (the engine's)
 
     # --- names ------------------------------------------------------------------------------------
 
@@ -126,8 +127,10 @@ class Query:
         return self.trains(self.module)
 
     def trains(self, node: cst.CSTNode) -> bool:
-        """True when ``node`` runs a backward pass or an optimizer step, directly or via a call."""
-        return self.has_backward(node) or bool(self.called_names(node) & self.training_functions())
+        """True when ``node`` runs a backward pass or an optimizer step, directly or via a call (of the file's own
+        functions, or of a local module's that trains)."""
+        return self.has_backward(node) or bool(self.called_names(node) & self.training_functions()) or any(
+            self.index.contains(node, call) for call in self.local_trainer_calls)
 
     def has_backward(self, node: cst.CSTNode) -> bool:
         """``loss.backward()``, ``scaler.scale(loss).backward()`` or ``optimizer.step()`` somewhere inside.

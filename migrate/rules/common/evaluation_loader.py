@@ -56,7 +56,7 @@ class EvaluationLoader(Rule):
             if id(loader) in sharded:
                 self._shard(loader, verdicts, reduced)
             else:
-                self._leave_whole(loader, verdicts)
+                self._leave_whole(loader, verdicts, readers)
 
     def evaluates(self, loader: Loader) -> bool:
         """The loader only evaluates: its loops do not train, and (a rule set's say) nothing else trains on it."""
@@ -83,9 +83,13 @@ class EvaluationLoader(Rule):
             ))
             self.report(loop.node, "change", f"{', '.join(accumulators)} summed over all ranks after this loop")
 
-    def _leave_whole(self, loader: Loader, verdicts) -> None:
+    def _leave_whole(self, loader: Loader, verdicts, readers: dict[int, list[Loader]]) -> None:
+        trainers = [r for p in loader.loops for r in readers[id(p.node)] if r.role == "train"]
         reasons = [verdicts[id(p.node)][1] for p in loader.loops if verdicts[id(p.node)][1]]
-        if not reasons:
+        if trainers:  # epoch(train_loader, training=True) and epoch(test_loader, training=False): one loop for both
+            reasons = [f"its loop also trains on{_named(trainers[0].name)} (told by its call when to train), so its "
+                       "sums cannot be all-reduced there"]
+        elif not reasons:
             reasons = ["a loop reading it is shared with a loader that is not sharded"]
         self.report(
             loader.call, "note",
