@@ -71,3 +71,21 @@ def test_a_paddle_model_project_with_a_writing_helper_ends_on_both_ranks_and_is_
     _launch("train.py", [], converted)
     assert json.loads((converted / "params" / "run" / "report.json").read_text()).keys() == {"acc"}
     assert (converted / "params" / "run" / "model.pdparams").exists()
+
+
+def test_one_epoch_function_prints_each_validation_figure_once_over_the_whole_set(tmp_path):
+    """Its verify (equivalent, split proven) is the fixtures'; launched, the validation loader is left whole, so the
+    main process prints the whole set's error (a sum over 32 samples), once per epoch."""
+    _, original, _, job = _original_and_launched("one_epoch_function", tmp_path)
+    expected = [float(x) for x in re.findall(r"validation error ([0-9.]+)", original.stdout)]
+    launched = [float(x) for x in re.findall(r"validation error ([0-9.]+)", job.stdout)]
+    assert len(expected) == len(launched) == 2
+    # (the ranks shuffle with the distributed sampler's generator, not the original's: close, not equal)
+    assert launched == pytest.approx(expected, rel=0.25), (expected, launched)
+
+
+def test_a_loop_under_device_guard_declined_still_ends_on_both_ranks_and_saves_once(tmp_path):
+    one, original, two, job = _original_and_launched("device_guard_loop", tmp_path)
+    assert [line.split("] ", 1)[-1] for line in job.stdout.splitlines() if "loss" in line] == [
+        line for line in original.stdout.splitlines() if "loss" in line]  # seeded: rank 0 is the original
+    assert sorted(p.name for p in two.iterdir() if p.suffix == ".pdparams") == ["quadratic.pdparams"]

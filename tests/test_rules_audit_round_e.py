@@ -233,3 +233,139 @@ def test_a_visualdl_writer_handed_to_another_modules_function_is_left_on_every_r
     assert 'kept = LogWriter(logdir="kept") if dp.is_main_process() else None' in out
     [declined] = findings_of(result, "paddle-visualdl", "declined")
     assert "handed to `loop.train_per_epoch(epoch, writer)`" in declined.message and declined.line == 4
+
+
+TRAINLIB = """\
+    import numpy as np
+    import paddle
+
+
+    def train_per_epoch(model, loader, opt):
+        for step, (xb, yb) in enumerate(loader):
+            loss = paddle.nn.functional.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+
+
+    def train_model():
+        x = paddle.to_tensor(np.random.RandomState(0).randn(64, 4).astype("float32"))
+        y = paddle.to_tensor(np.random.RandomState(1).randint(0, 2, (64, 1)).astype("int64"))
+        loader = paddle.io.DataLoader(paddle.io.TensorDataset([x, y]), batch_size=16, shuffle=True)
+        model = paddle.nn.Linear(4, 2)
+        opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+        train_per_epoch(model, loader, opt)
+        print("final", float(model.weight.sum()))
+    """
+
+
+def test_an_entry_point_that_only_calls_a_local_modules_training_function_is_converted_with_it(tmp_path, capsys):
+    (tmp_path / "trainlib.py").write_text(textwrap.dedent(TRAINLIB))
+    (tmp_path / "main.py").write_text("from trainlib import train_model\n\nif __name__ == '__main__':\n    train_model()\n")
+    main([str(tmp_path / "main.py")])
+    err = capsys.readouterr().err
+    assert (tmp_path / "main.py").read_text() == ("from trainlib import train_model\nimport dpmigrate.runtime.paddle as dp\n\n"
+                                                  "if __name__ == '__main__':\n    dp.init()\n    train_model()\n")
+    library = (tmp_path / "trainlib.py").read_text()
+    assert "loader = dp.distributed_loader(paddle.io.DataLoader(" in library and "model = dp.distributed_model(model)" in library
+    assert "comes through its local module trainlib, so it is converted as a PaddlePaddle script" in err, err
+
+
+def test_a_loader_handed_to_a_local_modules_training_loop_is_sharded_by_position_or_keyword(tmp_path, capsys):
+    (tmp_path / "trainlib.py").write_text(textwrap.dedent(TRAINLIB))
+    script = textwrap.dedent("""\
+        import paddle
+        import trainlib
+        from trainlib import train_per_epoch
+
+        def main():
+            model = paddle.nn.Linear(4, 2)
+            opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+            first = paddle.io.DataLoader(DATA, batch_size=16, shuffle=True)
+            second = paddle.io.DataLoader(DATA, batch_size=16, shuffle=True)
+            other = paddle.io.DataLoader(DATA, batch_size=16)
+            trainlib.train_per_epoch(model, first, opt)
+            train_per_epoch(model, opt=opt, loader=second)
+            trainlib.train_model(other)
+
+        main()
+        """)
+    (tmp_path / "train.py").write_text(script)
+    main([str(tmp_path / "train.py")])
+    out = (tmp_path / "train.py").read_text()
+    assert "first = dp.distributed_loader(paddle.io.DataLoader(" in out and "second = dp.distributed_loader(" in out, out
+    assert "other = paddle.io.DataLoader(DATA, batch_size=16)" in out  # not a parameter a training loop iterates
+    assert "train.py:10:13: declined paddle-shard-training-loader: cannot tell" in capsys.readouterr().err
+
+
+EPOCH = """\
+    import paddle
+
+    def epoch(loader, {signature}):
+        total = 0.0
+        for x, y in loader:
+            loss = ((model(x) - y) ** 2).mean()
+            if training:
+                opt.clear_grad()
+                loss.backward()
+                opt.step()
+            {after}
+            total += float(loss)
+        return total
+
+    train_loader = paddle.io.DataLoader(DATA, batch_size=4, shuffle=True)
+    test_loader = paddle.io.DataLoader(TEST, batch_size=4)
+    model = paddle.nn.Linear(4, 1)
+    opt = paddle.optimizer.SGD(learning_rate=0.01, parameters=model.parameters())
+    for e in range(2):
+        print(epoch(train_loader, {train}))
+        print(epoch(test_loader, {test}))
+    """
+
+
+def _epoch(signature="training=False", after="pass", train="training=True", test="training=False"):
+    return convert_text(EPOCH.format(signature=signature, after=after, train=train, test=test))
+
+
+def test_one_epoch_function_told_not_to_train_leaves_the_validation_loader_whole():
+    for case in (_epoch(), _epoch(test="False"), _epoch(test=""), _epoch(signature="training", test="False")):
+        out = case.output.decode()
+        assert "train_loader = dp.distributed_loader(" in out and "test_loader = paddle.io.DataLoader(TEST" in out, out
+        [note] = findings_of(case, "paddle-evaluation-loader", "note")
+        assert "its loop also trains on `train_loader` (told by its call when to train)" in note.message
+
+
+def test_one_epoch_function_that_also_trains_outside_the_flag_or_is_told_true_shards_both():
+    for case in (_epoch(after="loss.backward()"), _epoch(test="training=True"), _epoch(test="flag")):
+        out = case.output.decode()
+        assert "test_loader = dp.distributed_loader(paddle.io.DataLoader(TEST" in out, out
+
+
+def test_a_dygraph_loop_under_device_guard_is_declined_at_the_guard_without_coverage_noise():
+    result = convert_text("""\
+        import paddle
+        net = paddle.nn.Linear(1, 1)
+        opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
+        with paddle.static.device_guard("gpu"):
+            for step in range(3):
+                loss = net(paddle.ones([2, 1])).mean()
+                loss.backward()
+                opt.step()
+                opt.clear_grad()
+        """)
+    declined = findings_of(result, "static-device-guard", "declined") + findings_of(result, "coverage", "declined")
+    assert [(f.rule, f.line) for f in declined] == [("static-device-guard", 4)]
+    assert "remove the `with paddle.static.device_guard(...)` line" in declined[0].fix
+
+
+def test_a_program_built_under_device_guard_is_static_graph_and_not_declined_for_it():
+    result = convert_text("""\
+        import paddle
+        paddle.enable_static()
+        x = paddle.static.data("x", [None, 1])
+        with paddle.static.device_guard("cpu"):
+            loss = paddle.static.nn.fc(x, 1).mean()
+        paddle.optimizer.SGD(0.1).minimize(loss)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        """)
+    assert not findings_of(result, "static-device-guard")

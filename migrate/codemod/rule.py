@@ -106,6 +106,9 @@ class Rule(cst.CSTVisitor):
     # False for rules whose findings say nothing about how training is distributed (dp.init's placement, printing,
     # files written once, shared random draws): the engine's coverage check does not count them (:mod:`.selfcheck`)
     about_training: ClassVar[bool] = True
+    # True for a rule whose declined finding speaks for all of the file's training (a loop the file's generation
+    # hides from the training rules): the coverage check then adds no site of its own
+    declines_training: ClassVar[bool] = False
 
     @classmethod
     def applies_to(cls, generation: str | None, vocabulary: Vocabulary) -> bool:

@@ -42,6 +42,7 @@ from .random_samples import PaddleRandomSamples
 from .rank_device import PaddleRankDevice
 from .save_condition import PaddleSaveCondition
 from .shard_training_loader import PaddleShardTrainingLoader
+from .static_device_guard import StaticDeviceGuard
 from .static_divergence import StaticRankDivergence
 from .static_feed import StaticFeedShard
 from .static_loader import StaticBatchDimension, StaticLoaderShard
@@ -210,7 +211,7 @@ _CHECKS = (
 # runtime cannot run where fluid does) and the retired multi-card APIs (reported, never rewritten).
 _STATIC = (
     StaticPlace, StaticDistributedOptimizer, StaticLoaderShard, StaticFeedShard, StaticBatchDimension, StaticSave,
-    StaticPir, FluidFleet, LegacyParallel, StaticRankDivergence, StaticLocalStop,
+    StaticPir, FluidFleet, LegacyParallel, StaticRankDivergence, StaticLocalStop, StaticDeviceGuard,
 )
 
 RULES = (*_DYGRAPH, *_CHECKS, *_STATIC)
