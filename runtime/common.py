@@ -13,6 +13,8 @@ import builtins
 import contextlib
 import math
 import os
+import random
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Callable
 
@@ -101,3 +103,20 @@ def main_process_first(rank_in_group: Callable[[], int], barrier: Callable[[], N
     finally:
         if first:
             barrier()
+
+
+def share_host_generators(broadcast: Callable) -> None:
+    """Give every rank rank 0's state of Python's ``random`` and of NumPy's global generator (when the script has
+    imported NumPy), as ``init`` joins the job: what a script draws with them afterwards without a seed is then
+    drawn alike on every rank, as the single process drew it once (rank 0 keeps its own state).
+
+    Why: a single-card script draws data, splits and shuffles with unseeded generators, often in a local module
+    the conversion cannot see into (a word2vec subsampling that kept a different number of samples on each rank:
+    the ranks made different numbers of steps and the job aborted in an all-reduce; a pair sampler drawing other
+    pairs on every rank). Accelerate synchronises generator states across processes the same way. Draws made
+    before ``init`` (at import time) are not covered: the conversion broadcasts those it sees.
+    """
+    random.setstate(broadcast(random.getstate()))
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.set_state(broadcast(numpy.random.get_state()))

@@ -102,6 +102,8 @@ def init(strategy: Strategy | None = None, *, timeout: float | None = None) -> R
         _state.barrier = StoreBarrier.from_default_store(role.world_size, timeout_s)
         atexit.register(shutdown)
     _state.role, _state.strategy, _state.timeout_s = role, strategy, timeout_s
+    if role.world_size > 1:
+        common.share_host_generators(broadcast)
     return role
 
 

@@ -82,6 +82,8 @@ def init(strategy: Strategy | None = None, *, timeout: float | None = None, back
     if role.world_size > 1:
         _start_process_group(role, backend, common.timeout_seconds(timeout))
     _state.role, _state.strategy = role, strategy
+    if role.world_size > 1:
+        common.share_host_generators(broadcast)
     return role
 
 

@@ -105,4 +105,19 @@ def test_data_drawn_through_a_sampler_a_factory_made_is_fresh_per_rank_not_full_
             opt.step()
     """)
     [note] = findings_of(result, "manual-batching", "note")
+    # NumPy's generator: dp.init() gives every rank rank 0's state (issue 19, round F), so every rank draws the
+    # original's batch; with torch's own generator each rank draws its own (tests/test_rules_audit_round_e.py)
+    assert "draws its data at random at every step with NumPy's generator, which dp.init() makes alike" in note.message
+    assert "full-batch" not in note.message
+    torch_drawn = convert_text("""
+        import torch
+        model = torch.nn.Linear(1, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(200):
+            x = torch.randn(32, 1)
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+    """)
+    [note] = findings_of(torch_drawn, "manual-batching", "note")
     assert "draws its data at random at every step, unseeded" in note.message

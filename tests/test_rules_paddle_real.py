@@ -163,10 +163,16 @@ def test_a_dataset_drawing_samples_from_a_generator_seeded_once_is_noted_with_th
     assert "RandomState(idx)" in note.fix and "dp.rank()" in note.fix
 
 
-def test_samples_drawn_unseeded_are_noted_as_each_ranks_own():
-    result = convert_text(DATASET.format(seed="", sample='np.random.random([4]).astype("float32")'))
+def test_samples_drawn_unseeded_from_paddles_generator_are_noted_as_each_ranks_own():
+    result = convert_text(DATASET.format(seed="", sample='paddle.rand([4])'))
     [note] = findings_of(result, "paddle-random-samples", "note")
     assert "each rank draws its own samples" in note.message and "RandomState(idx)" in note.fix
+
+
+def test_samples_drawn_unseeded_from_numpy_are_the_same_on_every_rank_once_init_shares_its_state():
+    result = convert_text(DATASET.format(seed="", sample='np.random.random([4]).astype("float32")'))
+    [note] = findings_of(result, "paddle-random-samples", "note")
+    assert "a generator that dp.init() gives every rank in rank 0's state: every rank draws the same" in note.message
 
 
 def test_samples_derived_from_their_index_get_no_note():

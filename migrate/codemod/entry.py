@@ -88,11 +88,16 @@ class EntryPoint:
     def _called_function(self, statements: list[cst.BaseStatement]) -> cst.FunctionDef | None:
         functions = self.q.module_functions()
         for statement in statements:
+            if _is_docstring(statement):
+                continue
             if not isinstance(statement, cst.SimpleStatementLine):
-                continue  # `for epoch in ...: train(epoch)` calls a step, not the entry point
+                return None  # `for epoch in ...: train(epoch)` calls a step, not the entry point
             for call in self.q.findall(statement, m.Call(func=m.Name())):
                 if call.func.value in functions:
                     return functions[call.func.value]
+            if self.q.index.of_type(statement, cst.Call):
+                return None  # `data = datautil.make_data()` first: the block itself is the entry point (a word2vec
+                # script drew its data there before `train(...)`, whose top got dp.init(): after the draw)
         return None
 
     def _in_block(self, block, statements: list[cst.BaseStatement]):

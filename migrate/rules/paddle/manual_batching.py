@@ -68,22 +68,27 @@ class PaddleManualBatching(Rule):
                             "dp.shard(y)), or build a paddle.io.DataLoader over a Dataset, which the conversion shards")
 
     def _draws_per_step(self, loop: cst.CSTNode) -> None:
-        """Batches drawn at random at every step (``idx = [random.choice(...)]`` in the generator the loop reads):
-        unseeded, each rank draws its own, which is data parallelism with N times the batch, said in a note."""
+        """Batches drawn at random at every step (``idx = [random.choice(...)]`` in the generator the loop reads): from
+        Python's or NumPy's generator, or seeded, every rank draws the same batches (the original's: correct, no
+        speed-up); from Paddle's unseeded, each rank its own, data parallelism with N times the batch. A note says
+        which."""
         draws = draws_in(self, loop_data_scopes(self, loop), NUMPY_DRAWS | PYTHON_DRAWS | self.vocabulary.random_draws)
         if not draws:
             return
-        if unseeded(self, draws):
+        own = [d for d in unseeded(self, draws) if not self.q.is_call_to(d, NUMPY_DRAWS | PYTHON_DRAWS)]
+        if not own:  # seeded, or Python's / NumPy's generator, which dp.init() makes alike on every rank
+            self.report(loop, "note", "this training loop draws its batches at random at every step "
+                        f"(`{self.code(draws[0].func)}`) from a generator alike on every rank (seeded, or given rank "
+                        "0's state by dp.init()): every rank draws the same batches, which is correct (the original's) "
+                        "but gives no speed-up", "give each rank its part of every batch (x = dp.shard(x)), or seed "
+                        "each rank apart (random.seed(seed + dp.rank())) for N times the batch")
+        else:
+            draws = own
             self.report(loop, "note", "this training loop draws its batches at random at every step "
                         f"(`{self.code(draws[0].func)}`, unseeded, no DataLoader): each rank draws its own, so the "
                         "ranks train on different samples and the global batch is N x the script's; not the "
                         "original's run step for step", "to compare with one process, seed that generator alike on "
                         "every rank and give each rank its part of every batch (x = dp.shard(x))", effect="shard")
-        else:
-            self.report(loop, "note", "this training loop draws its batches at random at every step "
-                        f"(`{self.code(draws[0].func)}`) after a seed every rank sets alike: every rank draws the same "
-                        "batches, which is correct but gives no speed-up", "give each rank its part of every batch "
-                        "(x = dp.shard(x)), or seed each rank apart (seed + dp.rank()) for N times the batch")
 
     def _slices(self, loop: cst.CSTNode) -> bool:
         """The loop (or its iterable, a list of slices) cuts the data: ``data[k:k + B]``."""

@@ -23,7 +23,9 @@ class PaddleRandomSamples(Rule):
                          def __getitem__(self, idx): return np.random.random([4]).astype("float32"), ...
     fix: draw each sample from its index (``rng = np.random.RandomState(idx)``), which every process draws alike,
     or seed each rank apart (``np.random.seed(100 + dp.rank())``).
-    Unseeded, each rank draws its own samples, as N processes of the original would: a note says so too (correct
+    Python's and NumPy's generators are alike on every rank even unseeded: ``dp.init()`` gives every rank rank 0's
+    state of them (``runtime/common.share_host_generators``), so the same note applies. Paddle's own generator
+    unseeded: each rank draws its own samples, as N processes of the original would: a note says so too (correct
     for a synthetic data set, but not comparable with the original sample by sample).
     Leaves alone: the code (a note only); a ``__getitem__`` that reads its index (random augmentation of a real
     sample).
@@ -35,6 +37,7 @@ class PaddleRandomSamples(Rule):
     def finish(self) -> None:
         calls = self.q.index.of_type(self.ctx.module, cst.Call)
         seeded = {family for c in calls for name, family in _SEEDS.items() if self.q.is_call_to(c, {name})}
+        shared = {"numpy", "python"} - seeded  # unseeded, but shared by dp.init() (rank 0's state on every rank)
         draws_of = {"numpy": NUMPY_DRAWS, "python": PYTHON_DRAWS, "paddle": self.vocabulary.random_draws}
         for cls in self.q.index.of_type(self.ctx.module, cst.ClassDef):
             if not any(self.q.qualified_names(base.value) & set(DATASETS) for base in cls.bases):
@@ -49,8 +52,8 @@ class PaddleRandomSamples(Rule):
                      for family in draws_of if self.q.is_call_to(c, draws_of[family])]
             if not draws:
                 continue
-            draw, family = next(((c, f) for c, f in draws if f in seeded), draws[0])
-            if family not in seeded:
+            draw, family = next(((c, f) for c, f in draws if f in seeded | shared), draws[0])
+            if family not in seeded | shared:
                 self.report(draw, "note", f"{cls.name.value}.__getitem__ ignores `{index}` and draws each sample at "
                             "random, unseeded: each rank draws its own samples, as N processes of the original would "
                             "(a synthetic data set, statistically the same), but no run of it can be compared with the "
@@ -59,8 +62,9 @@ class PaddleRandomSamples(Rule):
                 continue
             self.report(
                 draw, "note",
-                f"{cls.name.value}.__getitem__ ignores `{index}` and draws each sample from a generator the script "
-                "seeds once: every rank draws the same sequence, so the ranks' disjoint indices still give them the "
+                f"{cls.name.value}.__getitem__ ignores `{index}` and draws each sample from a generator "
+                + ("that dp.init() gives every rank in rank 0's state" if family in shared else "the script seeds once")
+                + ": every rank draws the same sequence, so the ranks' disjoint indices still give them the "
                 "same samples (the data is not split, and N ranks add nothing)",
                 f"derive each sample from its index (rng = np.random.RandomState({index}); rng.random(...)), or seed "
                 f"each rank apart after the model is wrapped (np.random.seed(seed + {self.ctx.alias}.rank()))",

@@ -102,7 +102,18 @@ class ManualBatching(Rule):
     def _fresh_data(self, loop, policy: str) -> None:
         seeded = any(self.q.is_call_to(c, self.vocabulary.random_seeds | {"numpy.random.seed", "random.seed"})
                      for c in self.q.index.of_type(self.ctx.module, cst.Call))
-        if seeded:
+        torch_draws = any(self.q.callee_starts_with(c, prefix) for scope in loop_data_scopes(self, loop)
+                          for c in self.q.index.of_type(scope, cst.Call) for prefix in _RANDOM if prefix != "numpy.random.")
+        if not torch_draws:  # NumPy's global generator: dp.init() gives every rank rank 0's state
+            self.report(
+                loop, "note",
+                "this training loop draws its data at random at every step with NumPy's generator, which dp.init() "
+                "makes alike on every rank (rank 0's state): every rank draws the same batches, which is correct "
+                "(the original's) but gives no speed-up." + policy,
+                "seed each rank apart once the model is wrapped (np.random.seed(seed + dp.rank())): the ranks then "
+                "draw different batches and the global batch is N x it",
+            )
+        elif seeded:
             self.report(
                 loop, "note",
                 "this training loop draws its data at random at every step, after a seed every rank sets alike: every "
