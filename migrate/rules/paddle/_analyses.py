@@ -137,8 +137,8 @@ class HighLevelModels:
 
     def prepares(self, optimizer: cst.Call) -> bool:
         """The optimizer built by ``optimizer`` belongs to a high-level model (the API averages its gradients)."""
-        if any(self.holds(optimizer, owner) for owner in parameter_owners(self.q, optimizer)):
-            return True
+        if any(self.holds(optimizer, owner, networks=False) for owner in parameter_owners(self.q, optimizer)):
+            return True  # (over a network a paddle.Model holds, only when prepare() is given it: below)
         for ancestor in self.q.ancestors(optimizer):
             if isinstance(ancestor, cst.Call) and any(c.call is ancestor for c in self.of("prepare")):
                 return True
@@ -151,6 +151,13 @@ class HighLevelModels:
             ):
                 return not bindings or id(statement) in bindings
         return False
+
+    def trained_outside(self, optimizer: cst.Call, name: str) -> bool:
+        """``optimizer`` trains ``name``, a network a ``paddle.Model`` holds, without being prepared with it:
+        a plain loop after ``fit`` (the Paddle guide's train/eval/predict notebook) calls the raw Layer, which
+        nothing averages."""
+        return self.holds(optimizer, name) and not self.holds(optimizer, name, networks=False) \
+            and not self.prepares(optimizer)
 
     def data_arguments(self, kinds: set[tuple[str, int, str]]) -> list[tuple[HighLevelCall, cst.Arg]]:
         found = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
 from ...codemod.models import Models
 from ...codemod.rule import Rule
 from ._analyses import HighLevelModels
@@ -33,6 +35,9 @@ class PaddleDistributedModel(Rule):
         high_level = self.ctx.analysis(HighLevelModels)
         for found in self.ctx.analysis(Models).sites:
             name, site = found.name, found.site
+            if isinstance(site, cst.Call) and high_level.trained_outside(site, name):
+                self._wrap_before(site, name, high_level)
+                continue
             if high_level.holds(site, name):
                 continue  # paddle.Model(network).prepare(...) wraps it in DataParallel itself
             if found.verdict == "attribute":
@@ -68,3 +73,26 @@ class PaddleDistributedModel(Rule):
                     f"{name} = dp.distributed_model({name}) after its set-up: fleet's DataParallel averages "
                     "gradients across ranks (state_dict keys unchanged)",
                 )
+
+    def _wrap_before(self, optimizer: cst.Call, name: str, high_level: HighLevelModels) -> None:
+        """A network a ``paddle.Model`` trains with ``fit``, then trained again by a plain loop with its own
+        optimizer: wrapped just before that optimizer is built, after the high-level API is done with it (its
+        ``prepare`` wraps it for ``fit`` only). Measured: the two ranks then match one process; left raw, each rank
+        trained its own half apart."""
+        statement = self.q.statement_of(optimizer)
+        scope = self.q.function_of(optimizer) or self.ctx.module
+        uses = [c.call for c in high_level.calls if self.q.function_of(c.call) is self.q.function_of(optimizer)
+                or (self.q.function_of(c.call) is None and scope is self.ctx.module)]
+        positions = self.ctx.positions
+        before = all(positions[u].start.line < positions[optimizer].start.line for u in uses)
+        if not (before and uses and isinstance(self.q.parent(statement), (cst.Module, cst.IndentedBlock))
+                and self.q.function_of(statement) is self.q.function_of(optimizer)):
+            self.report(optimizer, "declined", f"`{name}` is trained here outside the paddle.Model that holds it "
+                        "(its prepare() wraps it for fit/evaluate only): nothing averages this optimizer's gradients",
+                        f"after the paddle.Model calls, add `{name} = dp.distributed_model({name})` before this "
+                        "optimizer is built, and train through that name")
+            return
+        self.ctx.plan.insert_before(statement, self.statement(f"{name} = {{dp}}.distributed_model({name})\n"))
+        self.report(optimizer, "change", f"{name} = dp.distributed_model({name}) before this optimizer: a plain loop "
+                    f"trains `{name}`, which a paddle.Model also holds (its prepare() wraps it for fit/evaluate "
+                    "only), so its gradients are averaged here too")
