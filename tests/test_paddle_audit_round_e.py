@@ -89,3 +89,14 @@ def test_a_loop_under_device_guard_declined_still_ends_on_both_ranks_and_saves_o
     assert [line.split("] ", 1)[-1] for line in job.stdout.splitlines() if "loss" in line] == [
         line for line in original.stdout.splitlines() if "loss" in line]  # seeded: rank 0 is the original
     assert sorted(p.name for p in two.iterdir() if p.suffix == ".pdparams") == ["quadratic.pdparams"]
+
+
+def test_a_network_fine_tuned_by_a_plain_loop_after_fit_ends_as_the_original(tmp_path):
+    """Round F (the guide's train/eval/predict notebook): the plain loop after ``fit`` trained the raw network, each
+    rank apart. Wrapped before its optimizer, the 2-rank job prints the original's loss (seeded, unshuffled)."""
+    _, original, _, job = _original_and_launched("model_then_plain_loop", tmp_path)
+
+    def loss(output):
+        return [float(x) for x in re.findall(r"fine-tuned loss ([0-9.]+)", output)]
+
+    assert len(loss(job.stdout)) == 1 and loss(job.stdout) == pytest.approx(loss(original.stdout), abs=2e-5)

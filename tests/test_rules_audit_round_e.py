@@ -49,18 +49,20 @@ READER = """\
     """
 
 
-def test_batches_drawn_unseeded_in_a_generator_a_factory_returns_are_said_to_differ_per_rank():
-    result = convert_text(READER.format(seed=""))
-    [note] = findings_of(result, "paddle-manual-batching", "note")
-    assert "draws its batches at random at every step (`random.choice`, unseeded" in note.message
-    assert "each rank draws its own" in note.message and note.effect == "shard"
-    assert (note.line, note.col) == (19, 1)  # the loop
+def test_batches_drawn_in_a_generator_a_factory_returns_are_said_to_be_the_same_on_every_rank():
+    """Python's generator: seeded or not, alike on every rank (dp.init() shares rank 0's state)."""
+    for seed in ("", "random.seed(3)"):
+        result = convert_text(READER.format(seed=seed))
+        [note] = findings_of(result, "paddle-manual-batching", "note")
+        assert "(`random.choice`) from a generator alike on every rank" in note.message
+        assert "every rank draws the same batches, which is correct" in note.message and note.effect is None
+        assert (note.line, note.col) == (19, 1)  # the loop
 
 
-def test_batches_drawn_after_a_seed_are_said_to_be_the_same_on_every_rank():
-    result = convert_text(READER.format(seed="random.seed(3)"))
+def test_batches_drawn_from_paddles_unseeded_generator_are_said_to_differ_per_rank():
+    result = convert_text(READER.format(seed="").replace("yield table[rows]", "yield paddle.rand([4, 4])"))
     [note] = findings_of(result, "paddle-manual-batching", "note")
-    assert "after a seed every rank sets alike: every rank draws the same batches" in note.message
+    assert "(`paddle.rand`, unseeded, no DataLoader): each rank draws its own" in note.message and note.effect == "shard"
 
 
 LOG = """\
@@ -119,8 +121,44 @@ def test_a_sum_divided_by_the_training_sets_size_inside_the_loop_is_summed_over_
             print(share, mixed)
         """)
     out = result.output.decode()
-    assert '        mixed += loss.item() / len(other)\n    share = dp.all_reduce(share, op="sum")\n' in out, out
-    assert "mixed = dp.all_reduce" not in out
+    assert ('        mixed += loss.item() / len(other)\n    share = dp.all_reduce(share, op="sum")\n'
+            '    mixed = dp.all_reduce(mixed, op="sum")\n') in out, out  # (an epoch sum the script prints: below)
+
+
+EPOCH_SUMS = """\
+    import paddle
+    loader = paddle.io.DataLoader(DATA, batch_size=8)
+    net = paddle.nn.Linear(4, 1)
+    opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
+    kept = 0.0
+    for epoch in range(3):
+        total, batches, odd = 0.0, 0, 0.0
+        for i, (x, y) in enumerate(loader):
+            loss = paddle.nn.functional.mse_loss(net(x), y)
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            total += loss
+            batches += 1
+            odd += float(loss)
+            kept += float(loss)
+        print(epoch, total, total / batches, total / len(loader))
+        print(odd / (i + 1), kept)
+    """
+
+
+def test_epoch_sums_reported_after_the_loop_are_summed_or_averaged_over_the_ranks():
+    result = convert_text(EPOCH_SUMS)
+    out = result.output.decode()
+    assert '        kept += float(loss)\n    odd = dp.all_reduce(odd, op="mean")\n' in out, out  # / this rank's batches
+    assert "dp.all_reduce(total" not in out  # read both as a sum (/ batches) and per batch (/ len(loader))
+    assert "dp.all_reduce(batches" not in out  # the count divides `total`, which stays this rank's
+    assert "dp.all_reduce(kept" not in out  # never reset: a running figure across epochs
+    [change] = findings_of(result, "paddle-training-dataset-averages", "change")
+    assert change.message.startswith("odd averaged over all ranks after this loop")
+    plain = convert_text(EPOCH_SUMS.replace(", total / len(loader))", ")")).output.decode()
+    assert ('    total = dp.all_reduce(total, op="sum")\n    batches = dp.all_reduce(batches, op="sum")\n'
+            '    odd = dp.all_reduce(odd, op="mean")\n') in plain, plain
 
 
 PROJECT_TRAIN = """\
@@ -369,3 +407,24 @@ def test_a_program_built_under_device_guard_is_static_graph_and_not_declined_for
         exe = paddle.static.Executor(paddle.CPUPlace())
         """)
     assert not findings_of(result, "static-device-guard")
+
+
+def test_init_goes_at_the_top_of_the_main_block_when_it_draws_data_before_calling_the_training_function():
+    """word2vec (round F): ``data = datautil.make_data()`` then ``train(net, ...)``: dp.init() went to the top of
+    ``train``, after the draw, so the generators were shared too late and the ranks drew different data."""
+    out = convert_text("""\
+        import paddle
+        import datautil
+
+        def train(model, data):
+            opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+            for x, y in data:
+                paddle.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+
+        if __name__ == "__main__":
+            data = datautil.make_data()
+            train(paddle.nn.Linear(1, 1), data)
+        """).output.decode()
+    assert 'if __name__ == "__main__":\n    dp.init()\n    data = datautil.make_data()\n' in out, out
+    assert out.count("dp.init()") == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...codemod import patterns as m
 from ...codemod.loaders import LoaderFlow
 from ...codemod.rule import Rule
+from .epoch_sums import epoch_sums
 
 
 class TrainingAverages(Rule):
@@ -26,10 +27,13 @@ class TrainingAverages(Rule):
 
     def finish(self) -> None:
         done: set[int] = set()
-        for loader in self.ctx.analysis(LoaderFlow).sharded_training():
+        flow = self.ctx.analysis(LoaderFlow)
+        sharded = flow.sharded_training()
+        whole = {id(loop.node) for loader in flow.loaders if loader not in sharded for loop in loader.loops}
+        for loader in sharded:
             for loop in loader.loops:
-                if loop.variable is None or id(loop.node) in done:
-                    continue
+                if loop.variable is None or id(loop.node) in done or id(loop.node) in whole:
+                    continue  # (a loop that also reads a loader left whole: its sums are whole-set ones there)
                 done.add(id(loop.node))
                 sums = self._averaged_sums(loop, _dataset_name(loader.call))
                 if sums:
@@ -39,6 +43,15 @@ class TrainingAverages(Rule):
                     by = f"len({loop.variable}.dataset), the whole dataset" if self._after_loop else "the whole dataset's size"
                     self.report(loop.node, "change", f"{', '.join(sums)} summed over all ranks after this loop: it is "
                                 f"divided by {by}")
+                reported = epoch_sums(self, loop, exclude=set(sums))
+                if reported:
+                    self.ctx.plan.insert_after(loop.node, *(
+                        self.statement(f'{s} = {{dp}}.all_reduce({s}, op="{op}")\n') for s, op in reported.items()
+                    ))
+                    self.report(loop.node, "change", ", ".join(f"{s} {'summed' if op == 'sum' else 'averaged'}" for s, op
+                                in reported.items()) + " over all ranks after this loop: this rank adds up only its "
+                                "share of the epoch's batches, and the script reports it after the loop (a sum, or "
+                                "divided by the number of batches: averaged)")
 
     def _averaged_sums(self, loop, dataset: str | None) -> list[str]:
         """Sums divided by the dataset's size: after the loop (``total / len(loader.dataset)``), or in the loop's own
