@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 
 import pytest
 from fixture_cases import FIXTURES, run
@@ -100,3 +101,45 @@ def test_a_network_fine_tuned_by_a_plain_loop_after_fit_ends_as_the_original(tmp
         return [float(x) for x in re.findall(r"fine-tuned loss ([0-9.]+)", output)]
 
     assert len(loss(job.stdout)) == 1 and loss(job.stdout) == pytest.approx(loss(original.stdout), abs=2e-5)
+
+
+def test_verify_runs_a_script_that_imports_its_project_through_the_folder_above(tmp_path, monkeypatch):
+    """Round F (FCCDN_paddle): ``tools/train.py`` puts the project root on ``sys.path`` and imports ``tools.helper``;
+    verify placed the converted copy where that root had no ``tools/`` and blamed the conversion."""
+    tools = tmp_path / "project" / "tools"
+    tools.mkdir(parents=True)
+    (tools / "helper.py").write_text(textwrap.dedent("""\
+        import numpy as np
+        import paddle
+
+        class Rows(paddle.io.Dataset):
+            def __init__(self):
+                draw = np.random.RandomState(3)
+                self.x = draw.rand(32, 4).astype("float32")
+                self.y = self.x.sum(1, keepdims=True)
+
+            def __getitem__(self, i):
+                return self.x[i], self.y[i]
+
+            def __len__(self):
+                return 32
+        """))
+    (tools / "train.py").write_text(textwrap.dedent("""\
+        import os
+        import sys
+        sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+        from tools.helper import Rows
+        import paddle
+
+        paddle.seed(0)
+        loader = paddle.io.DataLoader(Rows(), batch_size=8, shuffle=False)
+        model = paddle.nn.Linear(4, 1)
+        opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+        for x, y in loader:
+            paddle.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.clear_grad()
+        """))
+    data = verify(tmp_path / "project", monkeypatch, tools / "train.py", steps=3)
+    assert data["verdict"] == "equivalent", explain(data)
+    assert data["comparison"]["data"]["split"] == 3, explain(data)
