@@ -428,3 +428,17 @@ def test_init_goes_at_the_top_of_the_main_block_when_it_draws_data_before_callin
         """).output.decode()
     assert 'if __name__ == "__main__":\n    dp.init()\n    data = datautil.make_data()\n' in out, out
     assert out.count("dp.init()") == 1
+
+
+def test_a_dygraph_loop_under_device_guard_with_an_input_spec_for_export_is_declined_too():
+    result = convert_text("""\
+        import paddle
+        net = paddle.nn.Linear(1, 1)
+        opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
+        with paddle.static.device_guard("gpu"):
+            for step in range(3):
+                net(paddle.ones([2, 1])).mean().backward()
+                opt.step()
+        paddle.jit.save(net, "out/net", input_spec=[paddle.static.InputSpec([None, 1], "float32")])
+        """)
+    assert [f.line for f in findings_of(result, "static-device-guard", "declined")] == [4]

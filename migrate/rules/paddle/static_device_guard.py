@@ -7,6 +7,9 @@ import libcst as cst
 from ...codemod.rule import Rule
 
 _GUARD = "paddle.static.device_guard"
+# what dygraph scripts also call under paddle.static without building a program (jit.save's specs, to_static's options)
+_NOT_A_PROGRAM = frozenset({_GUARD, "paddle.static.InputSpec", "paddle.static.BuildStrategy",
+                            "paddle.static.ExecutionStrategy"})
 
 
 class StaticDeviceGuard(Rule):
@@ -34,7 +37,7 @@ class StaticDeviceGuard(Rule):
         guards = [c for c in calls if self.q.is_call_to(c, {_GUARD})]
         if not guards or not self.q.has_backward(self.ctx.module):
             return
-        if any(self.q.callee_starts_with(c, "paddle.static.") and not self.q.is_call_to(c, {_GUARD}) for c in calls):
+        if any(self.q.callee_starts_with(c, "paddle.static.") and not self.q.is_call_to(c, _NOT_A_PROGRAM) for c in calls):
             return  # it builds a static program too
         self.report(guards[0], "declined", "this file trains in dygraph mode (loss.backward(), an optimizer step) under "
                     "paddle.static.device_guard, a static-graph API: read as static graph, its model, optimizer and data "
