@@ -442,3 +442,35 @@ def test_a_dygraph_loop_under_device_guard_with_an_input_spec_for_export_is_decl
         paddle.jit.save(net, "out/net", input_spec=[paddle.static.InputSpec([None, 1], "float32")])
         """)
     assert [f.line for f in findings_of(result, "static-device-guard", "declined")] == [4]
+
+
+HAND_UPDATE = """\
+    import {framework}
+    weight = {framework}.zeros([4, 1])
+    weight.{trainable}
+    loader = {loader}(DATA, batch_size=16)
+    for x, y in loader:
+        loss = ((x @ weight - y) ** 2).mean()
+        loss.backward()
+        {update}
+    """
+
+
+def test_a_loader_feeding_parameters_updated_by_hand_is_left_whole_and_declined():
+    """Round G (the Paddle guide on layers and models, fed from a DataLoader): tensors updated from ``.grad`` with no
+    optimizer; the loader was sharded, nothing averaged the gradients, and each rank trained on its half apart."""
+    shapes = {
+        "paddle": dict(trainable="stop_gradient = False", loader="paddle.io.DataLoader",
+                       update="weight.set_value(weight - 0.1 * weight.grad)"),
+        "torch": dict(trainable="requires_grad_()", loader="torch.utils.data.DataLoader",
+                      update="weight.data -= 0.1 * weight.grad"),
+    }
+    for framework, parts in shapes.items():
+        result = convert_text(HAND_UPDATE.format(framework=framework, **parts))
+        assert "distributed_loader" not in result.output.decode()
+        [declined] = [f for f in result.findings if f.severity == "declined" and "shard-training-loader" in f.rule]
+        assert "updates its parameters by hand" in declined.message and "dp.all_reduce(w.grad)" in declined.fix
+        with_optimizer = HAND_UPDATE.format(framework=framework, **parts) + (
+            "    opt = paddle.optimizer.SGD(parameters=[weight])\n" if framework == "paddle" else
+            "    opt = torch.optim.SGD([weight], lr=0.1)\n")
+        assert "distributed_loader" in convert_text(with_optimizer).output.decode()

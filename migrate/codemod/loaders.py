@@ -36,7 +36,7 @@ from .imported_names import names_imported_from, received_positions, root_name
 from .loop_trains import ClassLoop, Loop, loop_trains
 from .query import Query, body_statements
 
-Role = Literal["train", "eval", "unknown"]
+Role = Literal["train", "eval", "unknown", "unaveraged"]  # unaveraged: it trains, but nothing would average gradients
 _MAX_DEPTH = 3
 
 
@@ -68,6 +68,9 @@ class LoaderFlow:
             if loader.role == "unknown" and loader.name is not None and trained and handed_to_training(
                     ctx.query, loader, ctx.options.local_modules, trained):
                 self.loaders[index] = dataclasses.replace(loader, role="train")
+        if any(loader.role == "train" and loader.loops for loader in self.loaders) and nothing_averages(ctx):
+            self.loaders = [dataclasses.replace(loader, role="unaveraged") if loader.role == "train" and loader.loops
+                            else loader for loader in self.loaders]  # (not a loader another file trains with)
 
     def imported_training_returns(self, modules: tuple[str, ...]) -> list[tuple[str, int]]:
         """(qualified function name, return position) of functions of the local ``modules`` whose result
@@ -114,6 +117,25 @@ class LoaderFlow:
     def sharded_training(self) -> list[Loader]:
         """Training loaders that can be sharded: not those with a sampler of their own (declined)."""
         return [loader for loader in self.loaders if loader.role == "train" and not own_sampling(loader)]
+
+
+def nothing_averages(ctx) -> bool:
+    """The file trains with no optimizer (built or stepped), no model handed its parameters and no high-level model:
+    its parameters are tensors it updates by hand from ``.grad`` (``w.set_value(w - lr * w.grad)``, the Paddle guide
+    on layers and models). No wrapper would average their gradients, so a sharded loader would have each rank train on its own
+    part apart (issue 19 audit, round G): its training loaders stay whole and are declined."""
+    from .models import Models  # (models reads loaders' neighbours; imported when asked)
+    from .query import optimizer_class
+
+    query = ctx.query
+    calls = query.index.of_type(query.module, cst.Call)
+    if any(optimizer_class(query, call) is not None for call in calls):
+        return False
+    steps = {"fit", "prepare", *query.vocabulary.optimizer_step_methods}
+    if query.local_trainer_calls or any(isinstance(call.func, cst.Attribute) and call.func.attr.value in steps
+                                        for call in calls):
+        return False  # an optimizer's step (one built elsewhere), a high-level model's fit, a local module's training
+    return not ctx.analysis(Models).sites
 
 
 def handed_to_training(query: Query, loader: Loader, modules: tuple[str, ...], trained: tuple[str, ...]) -> bool:

@@ -28,3 +28,15 @@ def imported_share_notes(rule) -> None:
                     "so each rank evaluates its own share there and what that loop prints is this rank's figure, "
                     "not the whole set's", "build the evaluation loader apart (left whole on every rank), or add "
                     "up that loop's sums over the ranks (dp.all_reduce(total, op=\"sum\"))")
+
+
+def unaveraged_note(rule, loader) -> None:
+    """A training loader left whole because nothing in the file would average gradients (see
+    :func:`dpmigrate.codemod.loaders.nothing_averages`): every rank trains alike on all of it, as it says."""
+    name = f" `{loader.name}`" if loader.name else ""
+    rule.report(loader.call, "declined", f"training DataLoader{name} left whole: this file updates its parameters by "
+                "hand (no optimizer, no model handed its parameters), so nothing averages gradients across ranks; "
+                "sharded, each rank would train on its own part apart. Left whole, every rank trains on all of it as the "
+                "original does (correct, no speed-up)", "to split the work, average each gradient before the update "
+                f"(w.grad = {rule.ctx.alias}.all_reduce(w.grad)) and wrap the loader: "
+                f"{rule.ctx.alias}.distributed_loader(...); or build the model as a Layer/Module with an optimizer")

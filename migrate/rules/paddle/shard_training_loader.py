@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...codemod.loaders import LoaderFlow, own_sampling
 from ...codemod.rule import Rule
-from ..common.evaluated_share import evaluated_share_note, imported_share_notes
+from ..common.evaluated_share import evaluated_share_note, imported_share_notes, unaveraged_note
 from ._analyses import EVALUATION_DATA, TRAINING_DATA, HighLevelModels, evaluated_by_a_model
 
 
@@ -52,6 +52,8 @@ class PaddleShardTrainingLoader(Rule):
                     "if it feeds training, wrap it: dp.distributed_loader(paddle.io.DataLoader(...)); if it "
                     "evaluates, leave it or use dp.distributed_loader(..., evaluation=True) and all-reduce the sums",
                 )
+            elif loader.role == "unaveraged":
+                unaveraged_note(self, loader)
             elif loader.role == "train" or fitted:
                 if own_sampling(loader):
                     self.report(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...codemod.loaders import LoaderFlow, own_sampling
 from ...codemod.rule import Rule
-from ..common.evaluated_share import evaluated_share_note, imported_share_notes
+from ..common.evaluated_share import evaluated_share_note, imported_share_notes, unaveraged_note
 
 
 class ShardTrainingLoader(Rule):
@@ -35,6 +35,8 @@ class ShardTrainingLoader(Rule):
                     "if it feeds training, wrap it: dp.distributed_loader(DataLoader(...)); if it evaluates, "
                     "leave it or use dp.distributed_loader(..., evaluation=True) and all-reduce the sums",
                 )
+            elif loader.role == "unaveraged":
+                unaveraged_note(self, loader)
             elif loader.role == "train":
                 own = own_sampling(loader)
                 if own:
