@@ -107,9 +107,11 @@ def policy_line(batch: str, scale_lr: str, findings: Sequence[Finding] | None = 
     effects = None if findings is None else {f.effect for f in findings if f.effect and f.severity in ("change", "note")}
     split = effects is None or "split-batch" in effects
     sharded = effects is None or bool({"shard", "split-batch"} & effects)
+    said = findings is None or any(f.severity in ("note", "declined") for f in findings)
     if not sharded:
         batches = (f"--batch {batch}: no training data was sharded (every rank reads all of it, as the notes and "
-                   "declined sites say)")
+                   "declined sites say)" if said else f"--batch {batch}: no training data was sharded (every rank reads all "
+                   "of it)")
     elif batch == "per-device":
         batches = "--batch per-device: every rank reads the script's batch size, so the global batch is N x it"
     elif split:

@@ -126,8 +126,7 @@ def torch_script_report(path: str) -> list[str]:
 
 POLICY = "; --batch per-device: every rank reads the script's batch size, so the global batch is N x it; lr unchanged"
 # the summary when the rules that ran sharded no training data (the line says only what was applied)
-POLICY_NOTHING_SHARDED = ("; --batch per-device: no training data was sharded (every rank reads all of it, as the notes "
-                          "and declined sites say); lr unchanged")
+POLICY_NOTHING_SHARDED = "; --batch per-device: no training data was sharded (every rank reads all of it); lr unchanged"
 TORCH_SCRIPT_SUMMARY = "1 file, 1 changed, 7 changes, 0 declined, 0 errors" + POLICY
 
 

@@ -136,6 +136,14 @@ def test_the_policy_line_says_what_was_applied():
     assert "split over the N ranks" in policy_line("global", "none", [_finding("split-batch", "note")])  # Keras fit
 
 
+def test_the_policy_line_points_at_notes_only_when_there_are_some():
+    """Issue 19, round G (the Paddle guide on layers and models): "as the notes and declined sites say" with none."""
+    noted = policy_line("per-device", "none", [_finding(None), _finding(None, "note")])
+    assert noted.endswith("(every rank reads all of it, as the notes and declined sites say); lr unchanged")
+    silent = policy_line("per-device", "none", [_finding(None)])
+    assert silent.startswith("--batch per-device: no training data was sharded (every rank reads all of it); lr")
+
+
 def test_a_full_batch_script_is_not_said_to_have_a_global_batch_n_times_larger():
     from rule_testing import convert_text
 
