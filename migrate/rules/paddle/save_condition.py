@@ -37,6 +37,10 @@ class PaddleSaveCondition(Rule):
     name = "paddle-save-condition"
     generations = ("dygraph", "static")
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._done: set[int] = set()  # the guards whose test is rewritten already
+
     def visit_Call(self, node: cst.Call) -> None:
         if not self.q.is_call_to(node, self.vocabulary.save_calls | JIT_SAVE | STATIC_SAVES):
             return
@@ -62,7 +66,10 @@ class PaddleSaveCondition(Rule):
             return
         value = next(n.value for n in self.q.index.of_type(guard.test, cst.Name) if n.value in derived)
         body = container.body.body if isinstance(container.body, cst.IndentedBlock) else ()
+        if id(guard) in self._done:
+            return  # a second save under the same test (the model's and the optimizer's): rewritten once
         if any(s is guard for s in body) and _agreeable(guard.test):
+            self._done.add(id(guard))
             self.ctx.plan.replace(guard.test, lambda test: test.visit(_MeanOverRanks(derived, self)))
             kept = self._kept_figures(guard, derived)
             for assign in kept:
