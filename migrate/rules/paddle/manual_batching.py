@@ -73,8 +73,15 @@ class PaddleManualBatching(Rule):
         speed-up); from Paddle's unseeded, each rank its own, data parallelism with N times the batch. A note says
         which."""
         draws = draws_in(self, loop_data_scopes(self, loop), NUMPY_DRAWS | PYTHON_DRAWS | self.vocabulary.random_draws)
-        if not draws:
+        if not draws and _steps_over_a_range(loop) and not self.q.index.of_type(loop.body, cst.Subscript):
+            # the same tensors at every step (a first linear regression: round G): said at the loop
+            self.report(loop, "note", "this training loop uses the whole data at every step (full-batch training, no "
+                        "DataLoader): every rank computes the same gradients, which is correct but gives no speed-up",
+                        "data parallelism splits batches; to split this one, give each rank its part of the data "
+                        "(x, y = dp.shard(x), dp.shard(y)) and average the loss over the ranks, or leave it on one process")
             return
+        if not draws:
+            return  # (a generator of the file's own, say: what it yields is not told here)
         own = [d for d in unseeded(self, draws) if not self.q.is_call_to(d, NUMPY_DRAWS | PYTHON_DRAWS)]
         if not own:  # seeded, or Python's / NumPy's generator, which dp.init() makes alike on every rank
             self.report(loop, "note", "this training loop draws its batches at random at every step "
@@ -103,3 +110,8 @@ class PaddleManualBatching(Rule):
                         self.q.index.contains(assign.value, s) for s in slices):
                     return True
         return False
+
+
+def _steps_over_a_range(loop: cst.CSTNode) -> bool:
+    """``for step in range(20):`` (or a ``while``): the loop reads no data of its own."""
+    return isinstance(loop, cst.While) or m.matches(loop.iter, m.Call(func=m.Name("range")))
