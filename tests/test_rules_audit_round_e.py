@@ -474,3 +474,58 @@ def test_a_loader_feeding_parameters_updated_by_hand_is_left_whole_and_declined(
             "    opt = paddle.optimizer.SGD(parameters=[weight])\n" if framework == "paddle" else
             "    opt = torch.optim.SGD([weight], lr=0.1)\n")
         assert "distributed_loader" in convert_text(with_optimizer).output.decode()
+
+
+def test_two_saves_under_one_test_reduce_the_figure_once():
+    """Round G (a knowledge-distillation trainer): ``if dp.all_reduce(dp.all_reduce(roc_auc)) > best:``."""
+    out = convert_text("""\
+        import paddle
+        model = paddle.nn.Linear(2, 1)
+        opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+        best = 0.0
+        for epoch in range(2):
+            loss = model(paddle.rand([4, 2])).mean()
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            metric = 1.0 / (1.0 + float(loss))
+            if metric > best:
+                paddle.save(model.state_dict(), "model.pdparams")
+                paddle.save(opt.state_dict(), "opt.pdopt")
+        """).output.decode()
+    assert "    if dp.all_reduce(metric) > best:\n" in out, out
+
+
+def test_a_full_batch_paddle_loop_is_noted_at_the_loop():
+    result = convert_text("""\
+        import paddle
+        x = paddle.to_tensor([[1.0], [2.0], [3.0], [4.0]])
+        y = 3 * x + 1
+        net = paddle.nn.Linear(1, 1)
+        opt = paddle.optimizer.SGD(learning_rate=0.01, parameters=net.parameters())
+        for step in range(20):
+            loss = paddle.nn.functional.mse_loss(net(x), y)
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+        """)
+    [note] = findings_of(result, "paddle-manual-batching", "note")
+    assert note.line == 6 and "uses the whole data at every step (full-batch training" in note.message
+    assert "dp.shard(x)" in note.fix
+
+
+def test_a_helper_modules_prints_are_the_main_processes(tmp_path, capsys):
+    (tmp_path / "helpers.py").write_text("import paddle\n\ndef build():\n    net = paddle.nn.Linear(4, 1)\n"
+                                         "    print('built', net)\n    return net\n")
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import paddle
+        import helpers
+        model = helpers.build()
+        opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+        for x, y in paddle.io.DataLoader(DATA, batch_size=8):
+            paddle.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        """))
+    main([str(tmp_path / "train.py")])
+    assert "    dp.print('built', net)\n" in (tmp_path / "helpers.py").read_text()
+    assert "helpers.py:5:5: change main-process-print" in capsys.readouterr().err

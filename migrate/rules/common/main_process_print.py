@@ -16,7 +16,9 @@ class MainProcessPrint(Rule):
     Why: launched on N processes every line of the log appears N times, interleaved.
     Example:  print('Train Epoch: {}'.format(epoch))  ->  dp.print('Train Epoch: {}'.format(epoch))
     Matched by qualified name (``builtins.print``): a ``print`` the script defines itself is kept.
-    Leaves alone: files that train nothing (helpers other programs may import); prints to a file
+    Also in a helper module converted with the script that imports it (its set-up prints showed once per rank:
+    round G of issue 19's audit); on one process ``dp.print`` prints as ``print`` does, for any other importer.
+    Leaves alone: files that train nothing and no script of the run imports; prints to a file
     (``file=sys.stderr``...) and prints followed by ``sys.exit`` or
     ``raise`` (error messages, e.g. argument errors): every rank should still show those.
     """
@@ -25,7 +27,8 @@ class MainProcessPrint(Rule):
     about_training = False
 
     def visit_Module(self, node: cst.Module) -> bool:
-        return self.q.is_training_script()  # a helper module's prints may serve other programs
+        # a module no converted script imports may serve other programs: left alone
+        return self.q.is_training_script() or self.ctx.options.importer_seeds is not None
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self.q.is_call_to(node, {"builtins.print"}):
