@@ -379,21 +379,29 @@ def test_one_epoch_function_that_also_trains_outside_the_flag_or_is_told_true_sh
         assert "test_loader = dp.distributed_loader(paddle.io.DataLoader(TEST" in out, out
 
 
+GUARDED_LOOP = """\
+    import paddle
+    net = paddle.nn.Linear(1, 1)
+    opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
+    with paddle.static.device_guard("gpu"):
+        for step in range(3):
+            loss = net(paddle.ones([2, 1])).mean()
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+    """
+
+
 def test_a_dygraph_loop_under_device_guard_is_declined_at_the_guard_without_coverage_noise():
-    result = convert_text("""\
-        import paddle
-        net = paddle.nn.Linear(1, 1)
-        opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
-        with paddle.static.device_guard("gpu"):
-            for step in range(3):
-                loss = net(paddle.ones([2, 1])).mean()
-                loss.backward()
-                opt.step()
-                opt.clear_grad()
-        """)
+    result = convert_text(GUARDED_LOOP)
     declined = findings_of(result, "static-device-guard", "declined") + findings_of(result, "coverage", "declined")
     assert [(f.rule, f.line) for f in declined] == [("static-device-guard", 4)]
     assert "remove the `with paddle.static.device_guard(...)` line" in declined[0].fix
+
+
+def test_a_dygraph_loop_under_device_guard_with_an_input_spec_for_export_is_declined_too():
+    exported = GUARDED_LOOP + '    paddle.jit.save(net, "out/net", input_spec=[paddle.static.InputSpec([None, 1], "float32")])\n'
+    assert [f.line for f in findings_of(convert_text(exported), "static-device-guard", "declined")] == [4]
 
 
 def test_a_program_built_under_device_guard_is_static_graph_and_not_declined_for_it():
@@ -429,19 +437,6 @@ def test_init_goes_at_the_top_of_the_main_block_when_it_draws_data_before_callin
     assert 'if __name__ == "__main__":\n    dp.init()\n    data = datautil.make_data()\n' in out, out
     assert out.count("dp.init()") == 1
 
-
-def test_a_dygraph_loop_under_device_guard_with_an_input_spec_for_export_is_declined_too():
-    result = convert_text("""\
-        import paddle
-        net = paddle.nn.Linear(1, 1)
-        opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
-        with paddle.static.device_guard("gpu"):
-            for step in range(3):
-                net(paddle.ones([2, 1])).mean().backward()
-                opt.step()
-        paddle.jit.save(net, "out/net", input_spec=[paddle.static.InputSpec([None, 1], "float32")])
-        """)
-    assert [f.line for f in findings_of(result, "static-device-guard", "declined")] == [4]
 
 
 HAND_UPDATE = """\

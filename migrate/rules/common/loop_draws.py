@@ -31,12 +31,3 @@ def loop_data_scopes(rule: Rule, loop: cst.CSTNode) -> list[cst.CSTNode]:
             scopes.append(functions[value.func.value])
     return scopes
 
-
-def draws_in(rule: Rule, scopes: list[cst.CSTNode], names: frozenset[str]) -> list[cst.Call]:
-    """The calls of ``names`` (qualified) inside ``scopes``, in source order, each once."""
-    found: dict[int, cst.Call] = {}
-    for scope in scopes:
-        for call in rule.q.index.of_type(scope, cst.Call):
-            if rule.q.is_call_to(call, names):
-                found.setdefault(rule.q.index.position(call), call)
-    return [found[k] for k in sorted(found)]

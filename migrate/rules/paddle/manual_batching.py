@@ -7,7 +7,7 @@ import libcst as cst
 from ...codemod import patterns as m
 from ...codemod.loaders import LoaderFlow
 from ...codemod.rule import Rule
-from ..common.loop_draws import draws_in, loop_data_scopes
+from ..common.loop_draws import loop_data_scopes
 from ..common.shared_random_data import NUMPY_DRAWS, PYTHON_DRAWS
 from ..common.shuffle_alike import align, alignable, shuffles_in, unseeded
 
@@ -72,7 +72,7 @@ class PaddleManualBatching(Rule):
         Python's or NumPy's generator, or seeded, every rank draws the same batches (the original's: correct, no
         speed-up); from Paddle's unseeded, each rank its own, data parallelism with N times the batch. A note says
         which."""
-        draws = draws_in(self, loop_data_scopes(self, loop), NUMPY_DRAWS | PYTHON_DRAWS | self.vocabulary.random_draws)
+        draws = shuffles_in(self, loop_data_scopes(self, loop), NUMPY_DRAWS | PYTHON_DRAWS | self.vocabulary.random_draws)
         if not draws and _steps_over_a_range(loop) and not self.q.index.of_type(loop.body, cst.Subscript):
             # the same tensors at every step (a first linear regression: round G): said at the loop
             self.report(loop, "note", "this training loop uses the whole data at every step (full-batch training, no "
