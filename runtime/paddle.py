@@ -331,11 +331,16 @@ def barrier() -> None:
 
 
 def save(obj, path, **kwargs) -> None:
-    """``paddle.save`` by rank 0 only, atomically; every rank must call it (they meet afterwards)."""
+    """``paddle.save`` by rank 0 only, atomically; every rank must call it (they meet afterwards). Like
+    ``paddle.save``, it makes the folder the path names when it is missing (a recommender tutorial saved into
+    ``./checkpoint/`` it never created: issue 19 audit, round H)."""
     if is_main_process():
         if isinstance(path, (str, os.PathLike)):
             buffer = io.BytesIO()  # paddle.save writes to a path or a BytesIO, not to an open file
             paddle.save(obj, buffer, **kwargs)
+            folder = os.path.dirname(os.fspath(path))
+            if folder:
+                os.makedirs(folder, exist_ok=True)
             atomic_write(path, lambda f: f.write(buffer.getbuffer()))
         else:  # a BytesIO: the caller owns it
             paddle.save(obj, path, **kwargs)

@@ -95,6 +95,15 @@ def test_save_writes_what_paddle_save_writes_atomically(tmp_path):
     assert np.array_equal(state["weight"].numpy(), model.weight.numpy())
 
 
+def test_save_makes_a_missing_folder_as_paddle_save_does(tmp_path):
+    """Issue 19, round H: a recommender tutorial saved into ./checkpoint/ it never made; paddle.save makes it."""
+    model = paddle.nn.Linear(3, 2)
+    paddle.save(model.state_dict(), str(tmp_path / "plain" / "deeper" / "ckpt.pdparams"))
+    dp.save(model.state_dict(), str(tmp_path / "ours" / "deeper" / "ckpt.pdparams"))
+    assert (tmp_path / "ours" / "deeper" / "ckpt.pdparams").read_bytes() == \
+        (tmp_path / "plain" / "deeper" / "ckpt.pdparams").read_bytes()
+
+
 def test_print_and_main_process_first_run_once(capsys):
     with dp.main_process_first():
         dp.print("hello", 1)
