@@ -1,7 +1,8 @@
 """Issue 19, audit rounds D and E, executed: the shapes of ``test_rules_audit_round_e.py`` on 2 ranks against 1 process.
 
-``dpmigrate verify`` of the fixtures ``trainer_keyword_loader`` and ``dataset_share_of_loss`` (1 process against 2,
-step by step, the split proven) is ``test_fixtures_execute_paddle.py``'s. Here, past verify's steps:
+``dpmigrate verify`` of the fixtures ``trainer_keyword_loader``, ``dataset_share_of_loss``, ``one_epoch_function``,
+``model_then_plain_loop``, ``device_guard_loop`` and ``layers_in_a_list`` (1 process against 2, step by step, the split
+proven, or the exemption their execute.json states) is ``test_fixtures_execute_paddle.py``'s. Here, past verify's steps:
 
 - the trainer's log file, opened once at the top of the script, is written whole by the main process (both ranks
   wrote it before: half the lines and a stray byte), and the steps it counts are the original's;

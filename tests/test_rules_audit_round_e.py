@@ -524,3 +524,38 @@ def test_a_helper_modules_prints_are_the_main_processes(tmp_path, capsys):
     main([str(tmp_path / "train.py")])
     assert "    dp.print('built', net)\n" in (tmp_path / "helpers.py").read_text()
     assert "helpers.py:5:5: change main-process-print" in capsys.readouterr().err
+
+
+LISTED = """\
+    import {framework}
+    import {framework}.nn as nn
+    class Net(nn.{base}):
+        def __init__(self):
+            super().__init__()
+            self.first = nn.Linear(4, 4)
+            self.blocks = {blocks}
+            {register}
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return self.first(x)
+    model = Net()
+    """
+
+
+def test_layers_kept_in_a_plain_list_are_noted_with_the_frameworks_list():
+    """Round H (awesome-DeepLearning's recommender): unregistered, they were not broadcast; each rank had its own."""
+    for framework, base, fix in (("paddle", "Layer", "nn.LayerList"), ("torch", "Module", "nn.ModuleList")):
+        for blocks in ("[nn.Linear(4, 4) for _ in range(2)]", "[]\n            self.blocks.append(nn.Linear(4, 4))"):
+            result = convert_text(LISTED.format(framework=framework, base=base, blocks=blocks, register="") + TRAIN_TAIL)
+            [note] = findings_of(result, "unregistered-layers", "note")
+            assert note.line == 7 and f"self.blocks = {fix}([...])" in note.fix
+        registered = LISTED.format(framework=framework, base=base, blocks="[nn.Linear(4, 4)]",
+                                   register="self.add_sublayer('b0', self.blocks[0])" if framework == "paddle" else
+                                   "self.add_module('b0', self.blocks[0])")
+        assert not findings_of(convert_text(registered + TRAIN_TAIL), "unregistered-layers")
+        kept = LISTED.format(framework=framework, base=base, blocks="nn.ModuleList([nn.Linear(4, 4)])", register="")
+        assert not findings_of(convert_text(kept + TRAIN_TAIL), "unregistered-layers")
+
+
+TRAIN_TAIL = "model(x).sum().backward()\n"  # (LISTED ends in its indent)

@@ -21,9 +21,10 @@ from .shared_folders import SharedFolders
 from .shared_random_data import SharedRandomData
 from .summed_loss import SummedLoss
 from .training_averages import TrainingAverages
+from .unregistered_layers import UnregisteredLayers
 
 __all__ = [
     "BatchNormStatistics", "DownloadMainProcessFirst", "EvaluationLoader", "GlobalBatchSize", "InitRuntime",
     "LocalStop", "MainProcessLogging", "MainProcessOutput", "MainProcessPrint", "RankDivergence",
-    "SharedFolders", "SharedRandomData", "SummedLoss", "TrainingAverages",
+    "SharedFolders", "SharedRandomData", "SummedLoss", "TrainingAverages", "UnregisteredLayers",
 ]

@@ -25,6 +25,7 @@ from ..common import (
     SharedFolders,
     SharedRandomData,
     SummedLoss,
+    UnregisteredLayers,
 )
 from .distributed_model import PaddleDistributedModel
 from .distributed_optimizer import PaddleDistributedOptimizer
@@ -186,6 +187,7 @@ _DYGRAPH = (
     PaddleGlobalBatchSize,
     SummedLoss,
     BatchNormStatistics,
+    UnregisteredLayers,
     PaddleHighLevelApi,
     PaddleHighLevelChecks,
     DownloadMainProcessFirst,

@@ -26,6 +26,7 @@ from ..common import (
     SharedRandomData,
     SummedLoss,
     TrainingAverages,
+    UnregisteredLayers,
 )
 from .device_variable import DeviceVariable
 from .distributed_model import DistributedModel
@@ -126,6 +127,7 @@ RULES = (
     GlobalBatchSize,
     SummedLoss,
     BatchNormStatistics,
+    UnregisteredLayers,
     ManualBatching,
     SameRandomInputs,
     SharedRandomData,
