@@ -129,6 +129,35 @@ def test_the_relay_shows_each_ranks_line_once_stderr_on_stderr_and_drops_paddles
     assert proc.stderr.splitlines() == ["[rank1] a warning"]
 
 
+def test_a_progress_line_of_carriage_returns_is_shown_once_tagged(tmp_path):
+    """Paddle's launcher echoes rank 0's log read in text mode (``Container.logs``: ``open(path)``, readline), so
+    a progress bar's ``\\r`` splits a line: each piece must still be recognised as a copy. The rank runs under the
+    real paddle_rank wrapper; the stand-in launcher echoes its log as Paddle 3.3.1 does."""
+    folder = tmp_path / "paddle"
+    folder.mkdir()
+    script = tmp_path / "progress.py"
+    script.write_text("import sys\n"
+                      "sys.stdout.write('\\rstep 1/2 - loss: 0.5\\rstep 2/2 - loss: 0.25\\n')\n"
+                      "sys.stdout.write('windows line\\r\\n')\n"
+                      "print('done')\n")
+    fake = tmp_path / "fake_launcher.py"
+    fake.write_text(
+        "import os, subprocess, sys\n"
+        f"folder, script, status = {str(folder)!r}, {str(script)!r}, {str(tmp_path / 'status')!r}\n"
+        "with open(f'{folder}/workerlog.0', 'w') as log:\n"
+        "    subprocess.run([sys.executable, '-m', 'dpmigrate.launch.paddle_rank', status, script],\n"
+        "                   stdout=log, stderr=log, env={**os.environ, 'PADDLE_TRAINER_ID': '0'}, check=True)\n"
+        "with open(f'{folder}/workerlog.0') as echo:\n"  # Paddle's Container.logs
+        "    for line in iter(echo.readline, ''):\n"
+        "        sys.stdout.write(line)\n")
+    (tmp_path / "status").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "dpmigrate.launch.paddle_launcher", str(folder), "--",
+                           sys.executable, str(fake)], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split(b"\n") == [b"[rank0] \r[rank0] step 1/2 - loss: 0.5\r[rank0] step 2/2 - loss: 0.25",
+                                        b"[rank0] windows line\r", b"[rank0] done", b""], proc.stdout
+
+
 # ------------------------------------------------------------------- what a real one-node job binds (slow)
 
 

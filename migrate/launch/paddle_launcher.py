@@ -87,7 +87,8 @@ def _relay_rank_line(line: bytes) -> None:
         out = sys.stdout.buffer
     else:
         out = sys.stderr.buffer if match.group(2) else sys.stdout.buffer
-        line = b"[rank" + match.group(1) + b"] " + line[match.end():]
+        tag = b"[rank" + match.group(1) + b"] "
+        line = tag + line[match.end():].replace(match.group(0), tag)  # also the marks after each "\r"
     out.write(line)
     out.flush()
 

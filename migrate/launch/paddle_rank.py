@@ -36,10 +36,19 @@ STDERR_MARK = "!"
 
 def _relay(pipe: IO[bytes], out: IO[bytes], prefix: bytes, lock: threading.Lock) -> None:
     for raw in iter(pipe.readline, b""):
-        line = raw if raw.endswith(b"\n") else raw + b"\n"
         with lock:
-            out.write(prefix + line)
+            out.write(marked(raw, prefix))
             out.flush()
+
+
+def marked(raw: bytes, prefix: bytes) -> bytes:
+    """``prefix`` before the line and after each carriage return in it: Paddle's launcher reads rank 0's log in
+    text mode, where a progress bar's ``\r`` ends a line, and its echo of every piece must still be recognised
+    as a copy (zwmnist: each ``Model.fit`` progress line was shown twice, once untagged)."""
+    body = raw[:-1] if raw.endswith(b"\n") else raw
+    end = b"\r" if body.endswith(b"\r") else b""  # "\r\n" is one line ending
+    body = body[:len(body) - len(end)].replace(b"\r", b"\r" + prefix)
+    return prefix + body + end + b"\n"
 
 
 def main(argv: list[str]) -> int:

@@ -94,6 +94,6 @@ def _divided_how(q, read: cst.Name, loop: Loop, sums: set[str], indices: set[str
     if m.matches(right, m.Call(func=m.Name("len"), args=[m.Arg(m.Name(loop.variable))])):
         return "mean"  # the number of this rank's batches: every rank has as many
     names = {n.value for n in q.index.of_type(right, cst.Name)}
-    if names and names <= indices | {"1"}:
+    if names and names <= indices:
         return "mean"  # (i + 1): this rank's number of batches
     return None

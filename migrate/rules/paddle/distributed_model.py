@@ -80,9 +80,7 @@ class PaddleDistributedModel(Rule):
         ``prepare`` wraps it for ``fit`` only). Measured: the two ranks then match one process; left raw, each rank
         trained its own half apart."""
         statement = self.q.statement_of(optimizer)
-        scope = self.q.function_of(optimizer) or self.ctx.module
-        uses = [c.call for c in high_level.calls if self.q.function_of(c.call) is self.q.function_of(optimizer)
-                or (self.q.function_of(c.call) is None and scope is self.ctx.module)]
+        uses = [c.call for c in high_level.calls if self.q.function_of(c.call) is self.q.function_of(optimizer)]
         positions = self.ctx.positions
         before = all(positions[u].start.line < positions[optimizer].start.line for u in uses)
         if not (before and uses and isinstance(self.q.parent(statement), (cst.Module, cst.IndentedBlock))
