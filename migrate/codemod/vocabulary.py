@@ -48,6 +48,8 @@ class Vocabulary:
     # optimizers that step through a closure (several forward/backward passes per step, a loss-based stop):
     # a wrapped model's one reduction per backward does not fit them; the distributed optimizer averages each pass
     closure_optimizers: frozenset[str] = frozenset()
+    # learning-rate schedulers stepped with a metric (``ReduceLROnPlateau``): each rank's would decide on its own data
+    plateau_schedulers: frozenset[str] = frozenset()
     # --- randomness: what draws from the framework's global generator, what seeds it (and what seeds Python's
     # random, NumPy and it at once), under which packages its tensor functions live, and which calls under them
     # build objects (models, layers, datasets, loaders, optimizers) rather than data

@@ -16,6 +16,7 @@ from .local_stop import LocalStop
 from .main_process_logging import MainProcessLogging
 from .main_process_output import MainProcessOutput
 from .main_process_print import MainProcessPrint
+from .plateau_metric import PlateauMetric
 from .rank_divergence import RankDivergence
 from .shared_folders import SharedFolders
 from .shared_random_data import SharedRandomData
@@ -25,6 +26,6 @@ from .unregistered_layers import UnregisteredLayers
 
 __all__ = [
     "BatchNormStatistics", "DownloadMainProcessFirst", "EvaluationLoader", "GlobalBatchSize", "InitRuntime",
-    "LocalStop", "MainProcessLogging", "MainProcessOutput", "MainProcessPrint", "RankDivergence",
+    "LocalStop", "MainProcessLogging", "MainProcessOutput", "MainProcessPrint", "PlateauMetric", "RankDivergence",
     "SharedFolders", "SharedRandomData", "SummedLoss", "TrainingAverages", "UnregisteredLayers",
 ]

@@ -21,6 +21,7 @@ from ..common import (
     MainProcessLogging,
     MainProcessOutput,
     MainProcessPrint,
+    PlateauMetric,
     RankDivergence,
     SharedFolders,
     SharedRandomData,
@@ -139,6 +140,7 @@ VOCABULARY = _PaddleVocabulary(
     optimizer_prefix="paddle.optimizer.",
     not_optimizer_prefixes=("paddle.optimizer.lr", "paddle.optimizer.Optimizer", "paddle.optimizer.optimizer"),
     parameter_methods=("parameters", "named_parameters"),
+    plateau_schedulers=frozenset({"paddle.optimizer.lr.ReduceOnPlateau"}),
     random_draws=frozenset({
         *(f"paddle.{n}" for n in ("randn", "rand", "randint", "randint_like", "uniform", "normal", "standard_normal",
                                    "randperm", "bernoulli", "multinomial", "poisson")),
@@ -195,6 +197,7 @@ _DYGRAPH = (
     PaddleRandomSamples,
     PaddleDistributedSave,
     PaddleSaveCondition,
+    PlateauMetric,
 )
 
 _CHECKS = (

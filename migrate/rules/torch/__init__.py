@@ -21,6 +21,7 @@ from ..common import (
     MainProcessLogging,
     MainProcessOutput,
     MainProcessPrint,
+    PlateauMetric,
     RankDivergence,
     SharedFolders,
     SharedRandomData,
@@ -76,6 +77,7 @@ VOCABULARY = Vocabulary(
     not_optimizer_prefixes=("torch.optim.lr_scheduler", "torch.optim.swa_utils", "torch.optim.Optimizer"),
     parameter_methods=("parameters", "named_parameters"),
     closure_optimizers=frozenset({"torch.optim.LBFGS", "torch.optim.lbfgs.LBFGS"}),
+    plateau_schedulers=frozenset({"torch.optim.lr_scheduler.ReduceLROnPlateau"}),
     random_draws=frozenset({"torch.randn", "torch.rand", "torch.randint", "torch.randn_like", "torch.rand_like",
                             "torch.normal", "torch.randperm", "torch.bernoulli", "torch.multinomial",
                             "torch.utils.data.random_split", "torch.utils.data.dataset.random_split"}),
@@ -138,5 +140,6 @@ RULES = (
     MainProcessOutput,
     SharedFolders,
     LocalStop,
+    PlateauMetric,
     RankDivergence,
 )
