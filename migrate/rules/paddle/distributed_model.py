@@ -78,12 +78,14 @@ class PaddleDistributedModel(Rule):
         """A network a ``paddle.Model`` trains with ``fit``, then trained again by a plain loop with its own
         optimizer: wrapped just before that optimizer is built, after the high-level API is done with it (its
         ``prepare`` wraps it for ``fit`` only). Measured: the two ranks then match one process; left raw, each rank
-        trained its own half apart."""
+        trained its own half apart. A ``paddle.Model`` built and never called (a tutorial's left-over,
+        Hupengyu's MNIST) is no obstacle either: the loop is the network's only training."""
         statement = self.q.statement_of(optimizer)
         uses = [c.call for c in high_level.calls if self.q.function_of(c.call) is self.q.function_of(optimizer)]
         positions = self.ctx.positions
         before = all(positions[u].start.line < positions[optimizer].start.line for u in uses)
-        if not (before and uses and isinstance(self.q.parent(statement), (cst.Module, cst.IndentedBlock))
+        placed = isinstance(self.q.parent(statement), (cst.Module, cst.IndentedBlock))
+        if not (before and (uses or not high_level.calls) and placed
                 and self.q.function_of(statement) is self.q.function_of(optimizer)):
             self.report(optimizer, "declined", f"`{name}` is trained here outside the paddle.Model that holds it "
                         "(its prepare() wraps it for fit/evaluate only): nothing averages this optimizer's gradients",

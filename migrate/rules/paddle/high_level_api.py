@@ -38,7 +38,7 @@ class PaddleHighLevelApi(Rule):
 
     def finish(self) -> None:
         high_level = self.ctx.analysis(HighLevelModels)
-        for construction in high_level.constructions:
+        for construction in high_level.constructions if high_level.calls else ():  # (never called: no note)
             self.report(construction, "note",
                         "paddle.Model distributes itself once dp.init() has joined the job: prepare() wraps the "
                         "network in DataParallel and fit()/evaluate() shard a Dataset; its network and optimizer "
