@@ -105,6 +105,20 @@ def main_process_first(rank_in_group: Callable[[], int], barrier: Callable[[], N
             barrier()
 
 
+HASH_SEED_WARNING = (
+    "dpmigrate: this rank hashes strings unlike rank 0 (PYTHONHASHSEED differs between the ranks): a set of strings "
+    "iterates in another order here, so a vocabulary or a class list built from set(...) gives other ids on each rank "
+    "and the ranks train on different data; launch every rank with the same PYTHONHASHSEED (dpmigrate launch sets one "
+    "per job)")
+
+
+def _string_hash_probe() -> int:
+    """What this process's string hashing makes of a fixed text: equal on two processes only when their
+    PYTHONHASHSEED is (a word list from ``list(set(words))``, an NNLM tutorial, issue 19 audit round I: each rank
+    numbered the words its own way; trained on 2 ranks, it stalled at 500 times the original's loss)."""
+    return hash("dpmigrate: string hash probe")
+
+
 def share_host_generators(broadcast: Callable) -> None:
     """Give every rank rank 0's state of Python's ``random`` and of NumPy's global generator (when the script has
     imported NumPy), as ``init`` joins the job: what a script draws with them afterwards without a seed is then
@@ -114,9 +128,14 @@ def share_host_generators(broadcast: Callable) -> None:
     the conversion cannot see into (a word2vec subsampling that kept a different number of samples on each rank:
     the ranks made different numbers of steps and the job aborted in an all-reduce; a pair sampler drawing other
     pairs on every rank). Accelerate synchronises generator states across processes the same way. Draws made
-    before ``init`` (at import time) are not covered: the conversion broadcasts those it sees.
+    before ``init`` (at import time) are not covered: the conversion broadcasts those it sees. A rank whose
+    string hashing differs from rank 0's says so on its stderr (the order of sets of strings is not a generator's
+    state: it is fixed when the interpreter starts).
     """
-    random.setstate(broadcast(random.getstate()))
+    state, rank0_hash = broadcast((random.getstate(), _string_hash_probe()))
+    random.setstate(state)
+    if rank0_hash != _string_hash_probe():
+        print(HASH_SEED_WARNING, file=sys.stderr, flush=True)
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.set_state(broadcast(numpy.random.get_state()))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import hashlib
 import os
 import re
 import secrets
@@ -275,6 +276,8 @@ def _backend(framework: str, script: Path) -> Backend:
 def with_common_env(plan: Plan, job: Job) -> Plan:
     """Add what every rank (or launcher) of every framework gets; the backend's own variables win."""
     env = {"PYTHONUNBUFFERED": "1", diagnosis.VARIABLE: str(job.diagnosis_dir)}
+    if "PYTHONHASHSEED" not in os.environ:  # one per job, the same on every node: sets of strings iterate alike
+        env["PYTHONHASHSEED"] = str(hash_seed(job.run_id))
     if "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = "1"
     if job.timeout_s is not None:
@@ -282,6 +285,13 @@ def with_common_env(plan: Plan, job: Job) -> Plan:
     processes = tuple(p if p.role == "service" else dataclasses.replace(p, env={**env, **p.env})
                       for p in plan.processes)
     return dataclasses.replace(plan, processes=processes)
+
+
+def hash_seed(run_id: str) -> int:
+    """The job's PYTHONHASHSEED, from its run id (random for one node, the nodes' shared secret for several):
+    unset, each rank would hash strings its own way, and a vocabulary built from ``list(set(words))`` numbered
+    the words differently on each rank (issue 19 audit round I). A digest, so the seed tells nothing of the id."""
+    return int.from_bytes(hashlib.sha256(b"PYTHONHASHSEED " + run_id.encode()).digest()[:4], "big")
 
 
 def describe(plan: Plan, job: Job, framework: str) -> str:

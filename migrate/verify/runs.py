@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 from .harness import core
 
 BOOT = Path(__file__).parent / "boot"
+_HASH_SEED = str(secrets.randbelow(2**32))  # one per verify: the original and the conversion hash strings alike
 _LAUNCHER_PREFIXES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                       "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_", "PADDLE_",
                       "TF_CONFIG", "SLURM_", "OMPI_", "PMI_", "DPMIGRATE_RENDEZVOUS", "DPMIGRATE_VERIFY_")
@@ -58,6 +60,7 @@ def environment(out: Path, script: Path, steps: int, framework: str) -> dict[str
         core.ENV_STEPS: str(steps), "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "",
     })
     env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("PYTHONHASHSEED", _HASH_SEED)  # both runs order sets of strings alike, as one job's ranks do
     if framework == "tensorflow":
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         if importlib.util.find_spec("tf_keras") is not None:  # as dpmigrate launch does for its workers: the
