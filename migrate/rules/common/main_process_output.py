@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ...codemod.models import Models
@@ -21,6 +23,8 @@ _MODEL_EXPORTS = {"torch.onnx.export"}
 _PROGRESS_FUNCTIONS = {"progress_bar"}  # the CIFAR trainers' own helper, a print in disguise
 _TENSORBOARD = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter"}
 _WRITE_MODES = set("wax")
+_PATH_WRITES = {"write_text", "write_bytes"}  # pathlib: ``path.write_text(json.dumps(history))``
+_PATH_READS = {"read_text", "read_bytes", "open"}
 # what reads back a file the main process wrote (first argument: its path): the other ranks must wait for it
 _READS = {
     "open", "builtins.open", "PIL.Image.open", "torch.load", "numpy.load", "numpy.loadtxt", "json.load", "pandas.read_csv",
@@ -30,14 +34,28 @@ _READS = {
 
 
 def _opens_for_writing(query, call: cst.Call) -> bool:
-    """``open(path, "w")`` / ``open(path, mode="a")`` with a literal mode that writes."""
-    if not (isinstance(call.func, cst.Name) and call.func.value == "open"):
-        return False
+    """``open(path, "w")`` / ``open(path, mode="a")`` / pathlib's ``path.open("w")`` (and ``gzip.open(path, "wt")``)
+    with a literal mode that writes."""
     mode = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "mode"), None)
     positional = [a.value for a in call.args if a.keyword is None]
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value == "open":
+        if mode is None and positional and _is_mode(positional[0]):
+            mode = positional[0]  # Path.open(mode, ...)
+    elif not (isinstance(call.func, cst.Name) and call.func.value == "open"):
+        return False
     if mode is None and len(positional) >= 2:
         mode = positional[1]
     return isinstance(mode, cst.SimpleString) and bool(_WRITE_MODES & set(str(mode.evaluated_value)))
+
+
+def _is_mode(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.SimpleString) and re.fullmatch(r"[rwxabt+U]{1,4}", str(node.evaluated_value)) is not None
+
+
+def _path_open(call: cst.Call) -> bool:
+    """``path.open("w", ...)``: pathlib's, whose arguments are the builtin ``open``'s after the file."""
+    positional = [a.value for a in call.args if a.keyword is None]
+    return isinstance(call.func, cst.Attribute) and (_is_mode(positional[0]) if positional else bool(call.args))
 
 
 class MainProcessOutput(Rule):
@@ -54,7 +72,8 @@ class MainProcessOutput(Rule):
     ``torchvision.utils.save_image``), in files that train.
     Also under ``if dp.is_main_process():``: ``torch.onnx.export``, ``shutil`` copies, writes to
     ``sys.stdout``, ``json.dump``/``numpy.save``/``savefig``, a ``progress_bar(...)`` helper, and a
-    ``with open(path, "w")`` block that neither trains nor meets the other ranks, and removals and renames of
+    ``with open(path, "w")`` block (or pathlib's ``path.open("w")``) that neither trains nor meets the other
+    ranks, pathlib's ``path.write_text(...)``/``write_bytes(...)``, and removals and renames of
     files (``os.remove``, ``shutil.rmtree``...: the second rank to remove a file fails). A file written so that a
     later statement reads it back (``plt.savefig(p)`` then ``Image.open(p)``) gets ``dp.barrier()`` after the
     write, so no rank reads it before it exists.
@@ -88,8 +107,10 @@ class MainProcessOutput(Rule):
             self._once(node, f"{self.code(node.func)}(...) run")
         elif isinstance(node.func, cst.Name) and node.func.value in _PROGRESS_FUNCTIONS:
             self._once(node, f"{node.func.value}(...) shown")
-        elif _opens_for_writing(self.q, node) and node.args and node.args[0].keyword is None:
+        elif _opens_for_writing(self.q, node) and node.args and (node.args[0].keyword is None or _path_open(node)):
             self._kept_file(node)
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in _PATH_WRITES and node.args:
+            self._once(node, f"{self.code(node.func)}(...) run", paths={self.code(node.func.value)})
         elif self.q.is_call_to(node, _TENSORBOARD):
             self.report(
                 node, "note",
@@ -124,14 +145,27 @@ class MainProcessOutput(Rule):
             return
         if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None or "os" in self._other_names():
             return
-        path = node.args[0].value
-        self.ctx.plan.replace(path, lambda updated: cst.IfExp(
-            test=self.dp("is_main_process()"), body=updated, orelse=cst.parse_expression("os.devnull"),
-            whitespace_before_if=cst.SimpleWhitespace(" "), whitespace_after_if=cst.SimpleWhitespace(" "),
-            whitespace_before_else=cst.SimpleWhitespace(" "), whitespace_after_else=cst.SimpleWhitespace(" ")))
+        if _path_open(node):  # log_path.open("w"): the other ranks open os.devnull with the same arguments
+            path, target = node.func.value, node
+
+            def devnull(updated: cst.Call) -> cst.BaseExpression:
+                return self._main_or(updated, cst.Call(func=cst.Name("open"), args=[
+                    cst.Arg(cst.parse_expression("os.devnull"), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                    *updated.args]))
+        else:
+            path = target = node.args[0].value
+
+            def devnull(updated: cst.BaseExpression) -> cst.BaseExpression:
+                return self._main_or(updated, cst.parse_expression("os.devnull"))
+        self.ctx.plan.replace(target, devnull)
         self.ctx.plan.standard_imports.add("os")
         self.report(node, "change", f"file `{self.code(path)}` opened for writing and kept in "
                     f"`{assign.targets[0].target.value}`: opened by the main process; the other ranks write to os.devnull")
+
+    def _main_or(self, main: cst.BaseExpression, other: cst.BaseExpression) -> cst.IfExp:
+        return cst.IfExp(test=self.dp("is_main_process()"), body=main, orelse=other,
+                         whitespace_before_if=cst.SimpleWhitespace(" "), whitespace_after_if=cst.SimpleWhitespace(" "),
+                         whitespace_before_else=cst.SimpleWhitespace(" "), whitespace_after_else=cst.SimpleWhitespace(" "))
 
     def _other_names(self) -> set[str]:
         """Names bound in the file to something other than the ``os`` module (an ``os`` variable would shadow it)."""
@@ -147,7 +181,7 @@ class MainProcessOutput(Rule):
         last = updated.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(args=[*updated.args[:-1], last, disable])
 
-    def _once(self, node: cst.Call, what: str) -> None:
+    def _once(self, node: cst.Call, what: str, paths: set[str] | None = None) -> None:
         if any(id(a) in self.main_process_only_blocks for a in self.q.ancestors(node)):
             return  # inside a `with open(..., "w")` block that is guarded as a whole
         statement = self.q.statement_of(node)
@@ -158,7 +192,8 @@ class MainProcessOutput(Rule):
         if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None:
             return
         self.ctx.plan.group([statement], self.main_process_only)
-        self._wait_before_reads(statement, {self.code(a.value) for a in node.args if a.keyword is None})
+        self._wait_before_reads(statement, paths if paths is not None else
+                                {self.code(a.value) for a in node.args if a.keyword is None})
         exported = self._exported_model(node)
         if exported is not None:
             self.ctx.plan.replace(exported, lambda updated: self.dp_call("unwrap", updated))
@@ -188,7 +223,10 @@ class MainProcessOutput(Rule):
         for following in later:
             for call in self.q.index.of_type(following, cst.Call):
                 first = next((a.value for a in call.args if a.keyword is None), None)
-                if first is not None and self.code(first) in paths and self.q.is_call_to(call, _READS):
+                reads = self.q.is_call_to(call, _READS)
+                if not reads and isinstance(call.func, cst.Attribute) and call.func.attr.value in _PATH_READS:
+                    first, reads = call.func.value, True  # (out / "history.json").read_text()
+                if first is not None and self.code(first) in paths and reads:
                     self.ctx.plan.insert_after(statement, self.statement("{dp}.barrier()\n"))
                     self.report(call, "change", f"dp.barrier() before this read of {self.code(first)}: the main "
                                 "process writes it alone, the other ranks wait until it is there")
