@@ -190,10 +190,11 @@ def _run(argv: list[str], results: list[FileResult]) -> int:
             if real in given or real in held:
                 continue
             source = hint.source_beside(sources)
-            # a helper's downloads are the script's to guard: it runs their calls under dp.main_process_first()
-            helper = {"ignore": (*options.ignore, "download-main-process-first"),
-                      "importer_seeds": seeded_families(hint.script),
-                      "framework": frameworks.get(os.path.realpath(hint.script)) or options.framework} if real in helpers else {}
+            # every rank runs a local module's functions (its prints and writes: the main process's); a helper's
+            # downloads are the script's to guard: it runs their calls under dp.main_process_first()
+            helper = {"importer_seeds": seeded_families(hint.script), **({
+                "ignore": (*options.ignore, "download-main-process-first"),
+                "framework": frameworks.get(os.path.realpath(hint.script)) or options.framework} if real in helpers else {})}
             outcome = convert_path(hint.path, dataclasses.replace(options, returned_roles=hint.returned_roles(),
                                                                   **helper))
             if outcome.conversion is not None and real in helpers:

@@ -76,28 +76,35 @@ class LoaderFlow:
         """(qualified function name, return position) of functions of the local ``modules`` whose result
         a training loop of this file reads: ``train_loader, _ = data.get_loaders()`` then
         ``for x in train_loader: ...``. Only calls into those modules are looked at (cheaply)."""
-        found = {(qualified, position) for qualified, position, _, loops in self._imported_returns(modules)
+        found = {(qualified, position) for qualified, position, _, loops, _ in self._imported_returns(modules)
                  if any(loop_trains(self.query, loop) for loop in loops)}
         return sorted(found)
 
-    def imported_evaluated_shares(self, modules: tuple[str, ...]) -> list[tuple[cst.Call, Loop]]:
+    def imported_evaluated_shares(self, modules: tuple[str, ...], trained: tuple[str, ...] = ()
+                                  ) -> list[tuple[cst.Call, cst.CSTNode]]:
         """Calls of a local module's function whose result only loops that do not train read, while another
         call of it feeds training: ``val_loader = get_dataloader(val_set, mode='test')`` beside the training
         call. That module's one ``DataLoader(...)`` is sharded for training, so those loops evaluate this
-        rank's share (the cross-file form of :func:`evaluating_loops`)."""
+        rank's share (the cross-file form of :func:`evaluating_loops`). With the loop (or the call of a local
+        module's function that is handed the value and does not train on it: ``evaluate(model, val_loader)``,
+        a steel-defect classifier's, issue 19 audit round I) that reads it."""
         returns = self._imported_returns(modules)
-        training = {(q, p) for q, p, _, loops in returns if any(loop_trains(self.query, loop) for loop in loops)}
-        shares = []
-        for qualified, position, call, loops in returns:
-            if (qualified, position) in training and loops and not any(loop_trains(self.query, loop) for loop in loops):
-                shares.append((call, loops[0]))
+        training = {(q, p) for q, p, _, loops, _ in returns if any(loop_trains(self.query, loop) for loop in loops)}
+        shares: list[tuple[cst.Call, cst.CSTNode]] = []
+        for qualified, position, call, loops, name in returns:
+            if (qualified, position) not in training:
+                continue
+            if loops and not any(loop_trains(self.query, loop) for loop in loops):
+                shares.append((call, loops[0].node))
+            elif not loops and (reader := _handed_to_local(self.query, call, name, modules, trained)) is not None:
+                shares.append((call, reader))
         return shares
 
-    def _imported_returns(self, modules: tuple[str, ...]) -> list[tuple[str, int, cst.Call, list[Loop]]]:
-        """(qualified function, return position, call, loops reading that value) for ``x = f()`` and
-        ``a, b = f()`` of a name imported from the local ``modules``."""
+    def _imported_returns(self, modules: tuple[str, ...]) -> list[tuple[str, int, cst.Call, list[Loop], str]]:
+        """(qualified function, return position, call, loops reading that value, the name it is given) for
+        ``x = f()`` and ``a, b = f()`` of a name imported from the local ``modules``."""
         query = self.query
-        found: list[tuple[str, int, cst.Call, list[Loop]]] = []
+        found: list[tuple[str, int, cst.Call, list[Loop], str]] = []
         if not modules:
             return found
         roots = names_imported_from(query.module, set(modules))
@@ -111,7 +118,7 @@ class LoaderFlow:
                      if "." in n]
             for position, name in targets:
                 loops = _loops_over(query, _scope(query, call), name, 0)
-                found.extend((qualified.lstrip("."), position, call, loops) for qualified in names)
+                found.extend((qualified.lstrip("."), position, call, loops, name) for qualified in names)
         return found
 
     def sharded_training(self) -> list[Loader]:
@@ -136,6 +143,23 @@ def nothing_averages(ctx) -> bool:
                                         for call in calls):
         return False  # an optimizer's step (one built elsewhere), a high-level model's fit, a local module's training
     return not ctx.analysis(Models).sites
+
+
+def _handed_to_local(query: Query, made: cst.Call, name: str, modules: tuple[str, ...],
+                     trained: tuple[str, ...]) -> cst.Call | None:
+    """The first call of a local module's function that is handed ``name`` (bound by ``made``) and does not
+    train on it (by :func:`dpmigrate.local_models.model_facts`' training parameters); None when one trains."""
+    training = {entry.rsplit(":", 2)[0] for entry in trained}
+    first = None
+    for call in query.index.of_type(_scope(query, made), cst.Call):
+        if call is made or not any(not a.star and m.matches(a.value, m.Name(name)) for a in call.args):
+            continue
+        qualified = {q.lstrip(".") for module in modules for q in query.index.qualified_names_under(call.func, module)}
+        if qualified & training:
+            return None
+        if qualified and first is None:
+            first = call
+    return first
 
 
 def handed_to_training(query: Query, loader: Loader, modules: tuple[str, ...], trained: tuple[str, ...]) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
 from ...codemod.loaders import LoaderFlow, evaluating_loops
 
 
@@ -21,11 +23,14 @@ def imported_share_notes(rule) -> None:
     converted with the script so that its one ``DataLoader(...)`` is sharded): said at this file's call that
     feeds the loop that does not train (PaddleViT's ResNet-18 class: its validation printed rank 0's half)."""
     flow = rule.ctx.analysis(LoaderFlow)
-    for call, loop in flow.imported_evaluated_shares(rule.ctx.options.local_modules):
-        line = rule.ctx.positions[loop.node].start.line
+    options = rule.ctx.options
+    for call, reader in flow.imported_evaluated_shares(options.local_modules, options.local_training_parameters):
+        line = rule.ctx.positions[reader].start.line
+        what = f"the loop reading it (line {line})" if not isinstance(reader, cst.Call) else \
+            f"`{rule.code(reader.func)}(...)`, which it is handed to (line {line}),"
         rule.report(call, "note", "this loader comes from the same local function as the training loader, whose "
-                    f"DataLoader(...) is sharded for training: the loop reading it (line {line}) does not train, "
-                    "so each rank evaluates its own share there and what that loop prints is this rank's figure, "
+                    f"DataLoader(...) is sharded for training: {what} does not train, "
+                    "so each rank evaluates its own share there and what it computes is this rank's figure, "
                     "not the whole set's", "build the evaluation loader apart (left whole on every rank), or add "
                     "up that loop's sums over the ranks (dp.all_reduce(total, op=\"sum\"))")
 
