@@ -1,10 +1,14 @@
-"""Issue 19, audit round I: shapes of real Paddle scripts the conversion got wrong, each as our own script.
+"""Issue 19, audit rounds I and J: shapes of real Paddle scripts the conversion got wrong, each as our own script.
 
 - a steel-defect classifier kept its log in ``log_path.open("w")`` and wrote its history with pathlib
   (``path.write_text(json.dumps(...))``, ``with path.open("a") as f:`` in a helper module): only the builtin
   ``open`` was run on the main process, so both ranks truncated and wrote the same log and the CSV got every row
   twice. (The plateau scheduler, the hash seed and the unused ``paddle.Model`` of this round have their own tests:
   ``test_plateau_metric.py``, ``test_hash_seed.py``, fixture ``paddle/unused_hapi_model``.)
+- a memory network stopped on ``info["validate_perplexity"] < target``: the stop test became
+  ``dp.all_reduce(info)[...]``, and both ranks failed at the end of the first epoch (a dict is no number);
+- under ``--batch global``, a summed loss in a loop that draws its batches by hand (nothing sharded) was still
+  multiplied by the world size: every rank summed the whole batch, so the update was N times the original's.
 """
 
 from __future__ import annotations
@@ -91,3 +95,73 @@ def test_the_converted_pathlib_writer_writes_each_file_once_on_two_ranks(tmp_pat
     import gzip
     with gzip.open(results / "steps.gz", "rt") as f:
         assert f.read().split() == ["0", "1", "2"]
+
+
+DICT_STOP = """\
+    import numpy as np
+    import paddle
+
+    paddle.seed(0)
+    model = paddle.nn.Linear(4, 1)
+    opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+    x = paddle.to_tensor(np.ones([8, 4], dtype="float32"))
+    for epoch in range(4):
+        loss = paddle.nn.functional.mse_loss(model(x), paddle.zeros([8, 1]))
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        info = {"epoch": epoch, "loss": float(loss)}
+        history = {"val": {"loss": float(loss)}}
+        if info["loss"] < 1e-6:
+            break
+        if history["val"]["loss"] < 1e-7:
+            break
+    print("stopped after", epoch)
+    """
+
+
+def test_a_stop_test_on_a_dicts_entry_reduces_the_entry_not_the_dict():
+    code = convert_text(DICT_STOP).output.decode()
+    assert 'if dp.all_reduce(info["loss"]) < 1e-6:' in code
+    assert 'if dp.all_reduce(history["val"]["loss"]) < 1e-7:' in code
+    assert "dp.all_reduce(info)" not in code and "dp.all_reduce(history)" not in code
+
+
+@pytest.mark.slow
+def test_the_converted_dict_stop_test_runs_on_two_ranks(tmp_path):
+    (tmp_path / "train.py").write_text(textwrap.dedent(DICT_STOP))
+    original = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    [stopped] = [line for line in original.stdout.splitlines() if line.startswith("stopped after")]
+    subprocess.run([sys.executable, "-m", "dpmigrate", "train.py"], cwd=tmp_path, capture_output=True, timeout=120)
+    assert "dp.all_reduce(info[" in (tmp_path / "train.py").read_text()
+    proc = subprocess.run([sys.executable, "-m", "dpmigrate.launch", "-n", "2", "--log-dir", str(tmp_path / "logs"),
+                           "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and f"[rank0] {stopped}" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+SUMMED_BY_HAND = """\
+    import numpy as np
+    import paddle
+
+    data = np.random.RandomState(0).rand(64, 4).astype("float32")
+    model = paddle.nn.Linear(4, 1)
+    opt = paddle.optimizer.SGD(learning_rate=0.01, parameters=model.parameters())
+    lossfn = paddle.nn.MSELoss(reduction="sum")
+    for step in range(3):
+        {batch}
+        loss = lossfn(model(x), paddle.zeros([x.shape[0], 1]))
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+    """
+
+
+def test_a_summed_loss_is_scaled_only_where_the_batch_is_this_ranks_share():
+    drawn = convert_text(SUMMED_BY_HAND.format(batch="x = paddle.to_tensor(data[np.random.randint(0, 64, size=16)])"),
+                         batch="global")
+    assert "dp.world_size()" not in drawn.output.decode() and not findings_of(drawn, "summed-loss")
+    cut = convert_text(SUMMED_BY_HAND.format(batch="x = paddle.to_tensor(data[step * 16:(step + 1) * 16])"),
+                       batch="global")
+    [note] = findings_of(cut, "paddle-manual-batching", "note")
+    assert "every rank reads the same batches" in note.message and not findings_of(cut, "summed-loss")
+    # (a loop over a sharded DataLoader is still scaled: tests/test_rules_summed_loss.py)

@@ -155,3 +155,21 @@ class _AllRanks(cst.CSTTransformer):
 
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
         return updated.with_changes(attr=original.attr)  # `x.loss`: an attribute's name is not the value
+
+    def visit_Subscript(self, node: cst.Subscript) -> bool:
+        return _subscripted(node) not in self.names  # `info["loss"]` is reduced whole (below), not `info`
+
+    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
+        """``dp.all_reduce(info["loss"])``: the value the test reads, not the dict that holds it (PaddleNLP's
+        memory network stopped on ``info["validate_perplexity"]``; ``dp.all_reduce(info)`` failed on both ranks)."""
+        if _subscripted(original) in self.names:
+            return self.rule.dp_call("all_reduce", updated)
+        return updated
+
+
+def _subscripted(node: cst.Subscript) -> str | None:
+    """The name at the root of ``a["x"]["y"]``."""
+    value = node.value
+    while isinstance(value, cst.Subscript):
+        value = value.value
+    return value.value if isinstance(value, cst.Name) else None

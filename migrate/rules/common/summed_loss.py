@@ -42,13 +42,31 @@ class SummedLoss(Rule):
             if target is None:
                 continue
             summed = self._summed_definition(target, call)
-            if summed is None:
+            if summed is None or not self._batch_split(call):
                 continue
             self.ctx.plan.replace(wrap, self._times_world_size(parenthesized=wrap is call.func.value))
             self.report(call, "change", (
                 f"`{target}` is a sum over the batch ({summed}): with --batch global each rank sums B/N samples and the "
                 "gradients are averaged over the ranks, so it is multiplied by dp.world_size() to keep the original's "
                 "step"), effect="scale-loss")
+
+    def _batch_split(self, backward: cst.Call) -> bool:
+        """Whether this step's batch may be the rank's share. Not when every loop around it counts steps
+        (``for step in range(n):``, batches drawn or cut by hand) and nothing in them was sharded: every rank then
+        sums the whole batch, and the factor made the update N times the original's (PaddleNLP's memory network,
+        issue 19 audit round J). A loop over anything else (a loader, a parameter) is taken as split, as before."""
+        loops = []
+        for ancestor in self.q.ancestors(backward):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if isinstance(ancestor, cst.For):
+                if not _counts(ancestor.iter):
+                    return True
+                loops.append(ancestor)
+        if not loops:
+            return True
+        outer = self.ctx.positions[loops[-1]]
+        return any(f.effect == "shard" and outer.start.line <= f.line <= outer.end.line for f in self.ctx.findings)
 
     def _times_world_size(self, parenthesized: bool):
         """``loss`` -> ``loss * dp.world_size()`` (in parentheses as the receiver of ``.backward()``)."""
@@ -174,6 +192,16 @@ def _size_average_false(call: cst.Call) -> bool:
 def _reduction_sum(call: cst.Call) -> bool:
     arg = argument(call, None, "reduction")
     return arg is not None and isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "sum"
+
+
+def _counts(iterable: cst.BaseExpression) -> bool:
+    """``range(n)``, ``enumerate(range(n))``, ``trange(n)``: a loop that counts steps, reading no data."""
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name):
+        if iterable.func.value in ("range", "trange"):
+            return True
+        if iterable.func.value == "enumerate" and iterable.args:
+            return _counts(iterable.args[0].value)
+    return False
 
 
 def _parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:

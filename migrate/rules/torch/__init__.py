@@ -127,10 +127,10 @@ RULES = (
     EvaluationLoader,
     TrainingAverages,
     GlobalBatchSize,
-    SummedLoss,
     BatchNormStatistics,
     UnregisteredLayers,
     ManualBatching,
+    SummedLoss,  # (after the rules that shard hand-cut batches: it asks whether they did)
     SameRandomInputs,
     SharedRandomData,
     DownloadMainProcessFirst,
