@@ -8,7 +8,9 @@
 - a memory network stopped on ``info["validate_perplexity"] < target``: the stop test became
   ``dp.all_reduce(info)[...]``, and both ranks failed at the end of the first epoch (a dict is no number);
 - under ``--batch global``, a summed loss in a loop that draws its batches by hand (nothing sharded) was still
-  multiplied by the world size: every rank summed the whole batch, so the update was N times the original's.
+  multiplied by the world size: every rank summed the whole batch, so the update was N times the original's;
+- a loop over a generator of the file's own reached through another name (``generator = data_generator``) that
+  yields batches it cuts itself: nothing was split, and only the summary line said so.
 """
 
 from __future__ import annotations
@@ -165,3 +167,36 @@ def test_a_summed_loss_is_scaled_only_where_the_batch_is_this_ranks_share():
     [note] = findings_of(cut, "paddle-manual-batching", "note")
     assert "every rank reads the same batches" in note.message and not findings_of(cut, "summed-loss")
     # (a loop over a sharded DataLoader is still scaled: tests/test_rules_summed_loss.py)
+
+
+def test_a_loop_over_the_files_own_generator_says_at_the_loop_that_nothing_is_split():
+    result = convert_text("""\
+        import random
+        import numpy as np
+        import paddle
+        images = np.random.RandomState(0).rand(40, 4).astype("float32")
+
+
+        def batches():
+            order = list(range(len(images)))
+            random.shuffle(order)
+            for start in range(0, len(order), 8):
+                yield images[order[start:start + 8]]
+
+
+        def train(model):
+            opt = paddle.optimizer.SGD(learning_rate=0.01, parameters=model.parameters())
+            for epoch in range(2):
+                generator = batches
+                for step, x in enumerate(generator()):
+                    model(paddle.to_tensor(x)).mean().backward()
+                    opt.step()
+                    opt.clear_grad()
+
+
+        if __name__ == "__main__":
+            train(paddle.nn.Linear(4, 1))
+        """)
+    [note] = findings_of(result, "paddle-manual-batching", "note")
+    assert "reads its batches from `enumerate(generator())`" in note.message and "no faster" in note.message
+    assert note.line == 18 and "dp.shard(x)" in note.fix

@@ -81,7 +81,15 @@ class PaddleManualBatching(Rule):
                         "(x, y = dp.shard(x), dp.shard(y)) and average the loss over the ranks, or leave it on one process")
             return
         if not draws:
-            return  # (a generator of the file's own, say: what it yields is not told here)
+            if isinstance(loop, cst.For) and not _steps_over_a_range(loop):  # a generator of the file's own, a list
+                self.report(loop, "note", f"this training loop reads its batches from `{self.code(loop.iter)}` (no "
+                            "DataLoader): the conversion does not split them, so every rank reads all of them and the "
+                            "run is no faster; the ranks train alike (the original's batches) as long as what yields "
+                            "them draws nothing at random, or draws alike on every rank (Python's and NumPy's generators "
+                            "are given rank 0's state by dp.init())", "give each rank its part of every batch "
+                            "(x, y = dp.shard(x), dp.shard(y)), or build a paddle.io.DataLoader over a Dataset, which "
+                            "the conversion shards")
+            return
         own = [d for d in unseeded(self, draws) if not self.q.is_call_to(d, NUMPY_DRAWS | PYTHON_DRAWS)]
         if not own:  # seeded, or Python's / NumPy's generator, which dp.init() makes alike on every rank
             self.report(loop, "note", "this training loop draws its batches at random at every step "
