@@ -212,7 +212,8 @@ def test_every_fixture_passes_the_engines_own_checks(before):
 
 def test_a_loop_calling_its_sharded_loader_variable_is_covered_and_one_over_a_plain_generator_is_not():
     """Paddle's `for data in loader():` calls the loader variable: the coverage check read only the arguments of
-    calls, found no data there and declined a loop whose loader was sharded (issue 19 audit)."""
+    calls, found no data there and declined a loop whose loader was sharded (issue 19 audit). A plain generator's
+    loop is declined (by the rule that says what it reads, or else by the coverage check)."""
     source = '''\
         import paddle
         loader = {loader}
@@ -228,4 +229,4 @@ def test_a_loop_calling_its_sharded_loader_variable_is_covered_and_one_over_a_pl
     assert not [f for f in sharded.findings if f.rule == "coverage"]
     plain = convert_text("def make_batches():\n    yield paddle.ones([8, 4])\n" + textwrap.dedent(
         source.format(loader="make_batches")))
-    assert [f.severity for f in plain.findings if f.rule == "coverage"] == ["declined"]
+    assert [f.severity for f in plain.findings if f.rule in ("coverage", "paddle-manual-batching")] == ["declined"]

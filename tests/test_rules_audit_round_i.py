@@ -10,7 +10,10 @@
 - under ``--batch global``, a summed loss in a loop that draws its batches by hand (nothing sharded) was still
   multiplied by the world size: every rank summed the whole batch, so the update was N times the original's;
 - a loop over a generator of the file's own reached through another name (``generator = data_generator``) that
-  yields batches it cuts itself: nothing was split, and only the summary line said so.
+  yields batches it cuts itself: nothing was split, and only the summary line said so;
+- one ``model.train_batch(x, y)`` step of a ``paddle.Model`` outside any loop (the docstring example of Paddle's
+  ``Model.train_batch``, round K): every rank trained on the same tensors, and the summary said the global batch was
+  N times the script's.
 """
 
 from __future__ import annotations
@@ -197,6 +200,25 @@ def test_a_loop_over_the_files_own_generator_says_at_the_loop_that_nothing_is_sp
         if __name__ == "__main__":
             train(paddle.nn.Linear(4, 1))
         """)
-    [note] = findings_of(result, "paddle-manual-batching", "note")
+    [note] = findings_of(result, "paddle-manual-batching", "declined")
     assert "reads its batches from `enumerate(generator())`" in note.message and "no faster" in note.message
     assert note.line == 18 and "dp.shard(x)" in note.fix
+
+
+def test_a_train_batch_step_outside_a_loop_says_its_batch_is_not_split():
+    result = convert_text("""\
+        import paddle
+        net = paddle.nn.Linear(4, 2)
+        model = paddle.Model(net, paddle.static.InputSpec([None, 4], "float32", "x"),
+                             paddle.static.InputSpec([None, 1], "int64", "y"))
+        opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+        model.prepare(opt, paddle.nn.CrossEntropyLoss())
+        x = paddle.rand([4, 4])
+        y = paddle.randint(0, 2, [4, 1])
+        loss = model.train_batch([x], [y])
+        print(loss)
+        """)
+    [note] = [f for f in findings_of(result, "paddle-high-level-api", "note") if "train_batch" in f.message]
+    assert "train_batch(...) trains on the tensors it is handed" in note.message and note.line == 9
+    assert "model.train_batch([dp.shard(x)], [dp.shard(y)])" in note.fix
+    assert not any(f.effect == "shard" for f in result.findings)  # so the summary says nothing was sharded

@@ -42,7 +42,14 @@ class PaddleHighLevelApi(Rule):
             self.report(construction, "note",
                         "paddle.Model distributes itself once dp.init() has joined the job: prepare() wraps the "
                         "network in DataParallel and fit()/evaluate() shard a Dataset; its network and optimizer "
-                        "are not wrapped again", effect="shard")
+                        "are not wrapped again", effect="shard" if high_level.of("fit") else None)
+        for step in high_level.of("train_batch"):
+            if not any(isinstance(a, (cst.For, cst.While)) for a in self.q.ancestors(step.call)):  # (loops: noted there)
+                self.report(step.call, "note", "train_batch(...) trains on the tensors it is handed, which the conversion "
+                            "does not split: every rank trains on the same batch, correct (the averaged gradient is "
+                            "the original's) as long as they are the same on every rank, but no faster",
+                            f"give each rank its part of the batch: {step.model}.train_batch([dp.shard(x)], "
+                            "[dp.shard(y)])")
         for summary in high_level.of("summary"):
             self._main_process_only(summary.call)
         wrapped = set(self.ctx.analysis(Models).wrapped)

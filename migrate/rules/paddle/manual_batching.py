@@ -82,11 +82,11 @@ class PaddleManualBatching(Rule):
             return
         if not draws:
             if isinstance(loop, cst.For) and not _steps_over_a_range(loop):  # a generator of the file's own, a list
-                self.report(loop, "note", f"this training loop reads its batches from `{self.code(loop.iter)}` (no "
-                            "DataLoader): the conversion does not split them, so every rank reads all of them and the "
-                            "run is no faster; the ranks train alike (the original's batches) as long as what yields "
-                            "them draws nothing at random, or draws alike on every rank (Python's and NumPy's generators "
-                            "are given rank 0's state by dp.init())", "give each rank its part of every batch "
+                self.report(loop, "declined", f"this training loop reads its batches from `{self.code(loop.iter)}` "
+                            "(no DataLoader), which the conversion does not split: every rank reads all of them and the "
+                            "run is no faster; the ranks train as the original did only if what yields them draws "
+                            "nothing at random, or draws alike on every rank (Python's and NumPy's generators are given "
+                            "rank 0's state by dp.init(); the framework's are not)", "give each rank its part of every batch "
                             "(x, y = dp.shard(x), dp.shard(y)), or build a paddle.io.DataLoader over a Dataset, which "
                             "the conversion shards")
             return
