@@ -182,7 +182,8 @@ def unwrap(model):
 def distributed_optimizer(optimizer):
     """Gradients averaged over the ranks; the optimizer itself when not launched.
 
-    Dygraph: ``fleet.distributed_optimizer`` (with the Strategy given to ``fleet.init``). Static graph:
+    Dygraph: ``fleet.distributed_optimizer`` (with the Strategy given to ``fleet.init``); ``LBFGS``, which steps
+    through a closure, averages each closure call's gradients and loss instead (:mod:`._paddle_closure`). Static graph:
     an optimizer whose ``minimize`` is Fleet's on GPU builds, and on CPU builds appends one
     ``all_reduce`` per gradient to the program (:mod:`._paddle_static`: Fleet's fails there).
     """
@@ -193,6 +194,10 @@ def distributed_optimizer(optimizer):
         return _paddle_static.AllReduceGradientsOptimizer(optimizer, world_size())
     if _mode() == "static-fleet":
         return fleet.distributed_optimizer(optimizer, strategy=_state.native)
+    if isinstance(optimizer, paddle.optimizer.LBFGS):  # step(closure): fleet's optimizer has none
+        from ._paddle_closure import ClosureAveragingOptimizer
+
+        return ClosureAveragingOptimizer(optimizer, world_size())
     return fleet.distributed_optimizer(optimizer)  # the strategy was given to fleet.init; passing it again warns
 
 

@@ -141,6 +141,7 @@ VOCABULARY = _PaddleVocabulary(
     not_optimizer_prefixes=("paddle.optimizer.lr", "paddle.optimizer.Optimizer", "paddle.optimizer.optimizer"),
     parameter_methods=("parameters", "named_parameters"),
     plateau_schedulers=frozenset({"paddle.optimizer.lr.ReduceOnPlateau"}),
+    closure_optimizers=frozenset({"paddle.optimizer.LBFGS", "paddle.optimizer.lbfgs.LBFGS"}),
     random_draws=frozenset({
         *(f"paddle.{n}" for n in ("randn", "rand", "randint", "randint_like", "uniform", "normal", "standard_normal",
                                    "randperm", "bernoulli", "multinomial", "poisson")),

@@ -59,7 +59,12 @@ class PaddleDistributedModel(Rule):
                     "assigned to plain names: cannot tell where the caller finishes setting it up",
                     "where the caller has built it, add `model = dp.distributed_model(model)`",
                 )
-            elif found.verdict in ("inside", "closure"):
+            elif found.verdict == "closure":
+                self.report(site, "note", f"`{name}` is trained by a closure optimizer (LBFGS): it is not wrapped in "
+                            "DataParallel (each step runs several backward passes); dp.distributed_optimizer starts "
+                            "every rank from rank 0's parameters, averages the gradients of every closure call and "
+                            "the loss LBFGS decides on")
+            elif found.verdict == "inside":
                 self.report(
                     site, "declined",
                     f"`{name}` is built and trained inside one block (an `if`, a loop or a `try`): wrapping it "
