@@ -270,3 +270,46 @@ def test_verify_loads_no_framework():
             "print(sorted({'torch', 'tensorflow', 'paddle', 'numpy'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_a_script_finding_its_project_root_two_folders_up_runs_in_verifys_copy(tmp_path, monkeypatch):
+    """Round I (a steel-defect classifier's ``src/cls``): ``ROOT = Path(__file__).resolve().parents[2]`` then
+    ``ROOT / "data"``. The copy sat one folder deep, so ROOT was verify's scratch folder, the data was missing and
+    verify blamed the conversion; the copy now mirrors the folders the script reaches."""
+    project = tmp_path / "project"
+    (project / "src" / "app").mkdir(parents=True)
+    (project / "data").mkdir()
+    (project / "data" / "rows.txt").write_text("\n".join(f"{i / 32:.4f}" for i in range(32)))
+    (project / "src" / "app" / "train.py").write_text(textwrap.dedent("""\
+        from pathlib import Path
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        ROOT = Path(__file__).resolve().parents[2]
+        values = torch.tensor([float(v) for v in (ROOT / "data" / "rows.txt").read_text().split()])
+        loader = DataLoader(TensorDataset(values.unsqueeze(1), 2 * values.unsqueeze(1)), batch_size=8)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(1, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        """))
+    monkeypatch.chdir(project)
+    data = _verify(project, monkeypatch, Path("src/app/train.py"), steps=3)
+    assert data["verdict"] == "equivalent", data
+
+
+def test_the_folders_a_script_reaches_from_its_own_path_are_counted(tmp_path):
+    from dpmigrate.verify.runs import MAX_LEVELS, levels_above
+
+    for line, levels in [("ROOT = Path(__file__).resolve().parents[2]", 2), ("here = Path(__file__).parent", 1),
+                         ("up = Path(__file__).parent.parent.parent", 2),
+                         ("root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))", 2),
+                         ("far = Path(__file__).parents[9]", MAX_LEVELS), ("name = 'parents[3]'", 1)]:
+        folder = tmp_path / str(levels) / line[:4].strip()
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "helper.py").write_text(line + "\n")
+        assert levels_above(folder) == levels, line

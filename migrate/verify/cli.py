@@ -206,9 +206,12 @@ def _convert(script: Path, work: Path, framework: str, flags: tuple[str, ...] = 
     """Convert a copy of the script (and the local modules it reads) into ``work/converted/<its folder's name>``,
     beside links to the rest of its folder and of the folder above: a ``tools/train.py`` that puts its project root
     on ``sys.path`` (``sys.path.append(dirname(__file__) + "/..")``, then ``from tools.helper import Data``) finds
-    its packages there as it does in place (FCCDN_paddle, issue 19 audit: verify had blamed the conversion)."""
+    its packages there as it does in place (FCCDN_paddle, issue 19 audit: verify had blamed the conversion). Folders
+    further up are mirrored the same way when the script's folder reaches them (:func:`runs.levels_above`:
+    ``Path(__file__).resolve().parents[2]``, a steel-defect classifier's project root: round I)."""
     folder = script.parent
-    target = work / "converted" / folder.name if folder.parent != folder else work / "converted"
+    chain = [folder, *folder.parents][:runs.levels_above(folder) + 1]  # the script's folder and those it reaches up to
+    target = work / "converted" / folder.relative_to(chain[-1])
     report = work / "conversion.json"
     argv = [sys.executable, "-m", "dpmigrate", "-o", str(target), "--batch", "global", "--framework", framework, *flags,
             "--report", "json", "--report-file", str(report), str(script)]
@@ -219,9 +222,10 @@ def _convert(script: Path, work: Path, framework: str, flags: tuple[str, ...] = 
     converted = target / script.name
     if not converted.exists():
         raise CannotRun(f"dpmigrate wrote no converted copy of {script.name}", done.stderr.splitlines()[-TAIL:])
-    runs.place_beside(target, script.parent)
-    if target.parent != work:
-        runs.place_beside(target.parent, folder.parent)  # (the script's own folder is there already: not linked)
+    level = target
+    for original in chain:  # (each level's converted folder is there already: not linked)
+        runs.place_beside(level, original)
+        level = level.parent
     policy = " ".join(("--batch global", *flags))
     said = (f"{policy}, {summary['changes']} changes, {summary['declined']} declined, {summary['errors']} "
             f"errors in {summary['files']} file{'s' if summary['files'] != 1 else ''} (`dpmigrate --diff {policy} "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -83,6 +84,34 @@ def scratch_folder(work: Path, name: str, like: Path) -> Path:
     _link_entries(like.parent, root, skip={like.name})
     _link_entries(like, folder, skip=set())
     return folder
+
+
+_PARENTS_INDEX = re.compile(r"__file__.*?\.parents\[(\d)\]")
+_PARENT_CHAIN = re.compile(r"__file__\S*?((?:\.parent\b)+)")
+_DIRNAME = re.compile(r"dirname\(")
+MAX_LEVELS = 4
+
+
+def levels_above(folder: Path) -> int:
+    """How many folders above ``folder`` its scripts reach from their own path (at least 1, at most
+    :data:`MAX_LEVELS`): ``Path(__file__).resolve().parents[2]`` reaches 2, ``os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))`` 1, ``Path(__file__).parent.parent`` 1. Read from the ``*.py`` files of the folder."""
+    levels = 1
+    try:
+        sources = [p for p in folder.iterdir() if p.suffix == ".py" and p.is_file()][:200]
+    except OSError:
+        return levels
+    for path in sources:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in (line for line in text.splitlines() if "__file__" in line):
+            found = [int(k) for k in _PARENTS_INDEX.findall(line)]
+            found += [chain.count(".parent") - 1 for chain in _PARENT_CHAIN.findall(line)]
+            found.append(len(_DIRNAME.findall(line)) - 1)
+            levels = max(levels, *found)
+    return min(levels, MAX_LEVELS)
 
 
 def place_beside(converted_root: Path, original_folder: Path) -> None:
