@@ -13,7 +13,9 @@
   yields batches it cuts itself: nothing was split, and only the summary line said so;
 - one ``model.train_batch(x, y)`` step of a ``paddle.Model`` outside any loop (the docstring example of Paddle's
   ``Model.train_batch``, round K): every rank trained on the same tensors, and the summary said the global batch was
-  N times the script's.
+  N times the script's;
+- learning-rate schedulers made with ``verbose=True`` (OneCycleLR's and CosineAnnealingWarmRestarts' examples,
+  round L): Paddle printed each "set learning rate" line on every rank.
 """
 
 from __future__ import annotations
@@ -222,3 +224,23 @@ def test_a_train_batch_step_outside_a_loop_says_its_batch_is_not_split():
     assert "train_batch(...) trains on the tensors it is handed" in note.message and note.line == 9
     assert "model.train_batch([dp.shard(x)], [dp.shard(y)])" in note.fix
     assert not any(f.effect == "shard" for f in result.findings)  # so the summary says nothing was sharded
+
+
+def test_a_verbose_scheduler_speaks_on_the_main_process_only():
+    for framework, make in [("paddle", "paddle.optimizer.lr.OneCycleLR(max_learning_rate=1.0, total_steps=9, verbose=True)"),
+                            ("torch", "torch.optim.lr_scheduler.StepLR(opt, 2, verbose=True)")]:
+        result = convert_text(f"""\
+            import {framework}
+            net = {framework}.nn.Linear(2, 1)
+            opt = {"paddle.optimizer.SGD(parameters=net.parameters())" if framework == "paddle"
+                   else "torch.optim.SGD(net.parameters(), lr=0.1)"}
+            scheduler = {make}
+            quiet = {make.replace("verbose=True", "verbose=False")}
+            for step in range(3):
+                net({framework}.ones([4, 2])).mean().backward()
+                opt.step()
+                scheduler.step()
+            """)
+        code = result.output.decode()
+        assert code.count("verbose=dp.is_main_process()") == 1 and "verbose=False" in code, code
+        assert len([f for f in findings_of(result, "main-process-output") if "scheduler" in f.message]) == 1

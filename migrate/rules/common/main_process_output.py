@@ -6,6 +6,7 @@ import re
 
 import libcst as cst
 
+from ...codemod import patterns as m
 from ...codemod.models import Models
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
@@ -25,6 +26,7 @@ _TENSORBOARD = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWr
 _WRITE_MODES = set("wax")
 _PATH_WRITES = {"write_text", "write_bytes"}  # pathlib: ``path.write_text(json.dumps(history))``
 _PATH_READS = {"read_text", "read_bytes", "open"}
+_SCHEDULER_PREFIXES = ("paddle.optimizer.lr.", "torch.optim.lr_scheduler.")
 # what reads back a file the main process wrote (first argument: its path): the other ranks must wait for it
 _READS = {
     "open", "builtins.open", "PIL.Image.open", "torch.load", "numpy.load", "numpy.loadtxt", "json.load", "pandas.read_csv",
@@ -77,6 +79,7 @@ class MainProcessOutput(Rule):
     files (``os.remove``, ``shutil.rmtree``...: the second rank to remove a file fails). A file written so that a
     later statement reads it back (``plt.savefig(p)`` then ``Image.open(p)``) gets ``dp.barrier()`` after the
     write, so no rank reads it before it exists.
+    A learning-rate scheduler's ``verbose=True`` becomes ``verbose=dp.is_main_process()``.
     TensorBoard's ``SummaryWriter`` is reported (every rank writes its own event file).
     Leaves alone: progress bars that already pass ``disable=``; writes that are not a statement of
     their own, whose value is kept, or already under a rank condition.
@@ -111,12 +114,25 @@ class MainProcessOutput(Rule):
             self._kept_file(node)
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value in _PATH_WRITES and node.args:
             self._once(node, f"{self.code(node.func)}(...) run", paths={self.code(node.func.value)})
+        elif (verbose := self._verbose_scheduler(node)) is not None:
+            self.ctx.plan.replace(verbose.value, lambda updated: self.dp("is_main_process()"))
+            self.report(verbose, "change", "the learning-rate scheduler's messages are printed by the main process only "
+                        "(verbose=dp.is_main_process()): each rank prints them otherwise")
         elif self.q.is_call_to(node, _TENSORBOARD):
             self.report(
                 node, "note",
                 "every rank writes its own TensorBoard event file into this folder (TensorBoard shows N runs)",
                 "to log once, create the writer only when dp.is_main_process() and guard its calls",
             )
+
+    def _verbose_scheduler(self, node: cst.Call) -> cst.Arg | None:
+        """``verbose=True`` given to a learning-rate scheduler (Paddle's ``paddle.optimizer.lr.*``, torch's
+        ``lr_scheduler.*``): the framework prints its line at every step, on every rank (round L: 202 lines for 101)."""
+        verbose = next((a for a in node.args if a.keyword is not None and a.keyword.value == "verbose"), None)
+        if verbose is None or not m.matches(verbose.value, m.Name("True")):
+            return None
+        names = self.q.qualified_names(node.func)
+        return verbose if any(n.startswith(_SCHEDULER_PREFIXES) for n in names) else None
 
     def visit_With(self, node: cst.With) -> None:
         """``with open(path, "w") as f:`` writing a file: by the main process only."""
