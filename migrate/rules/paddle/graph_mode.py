@@ -93,8 +93,11 @@ class PaddleGraphMode(Rule):
                 modes.static[0], "declined",
                 f"this file trains in dygraph (line {where[modes.dygraph[0]].start.line}: "
                 f".{modes.dygraph[0].func.attr.value}()) and in static graph (line {where[modes.static[0]].start.line}: "
-                "minimize, run by an Executor): which one runs is chosen at run time, so neither was distributed",
-                "split it into a dygraph script and a static-graph script and convert each one (dpmigrate FILE)",
+                "minimize, run by an Executor), one after the other or as chosen at run time: the conversion does not "
+                "distribute one mode by halves, so neither was distributed; launched as it is, every rank trains its own "
+                "copy and writes the same files",
+                "split it into a dygraph script and a static-graph script and convert each one (dpmigrate FILE); or run "
+                "this file on one process",
             )
             return
         if self.ctx.generation != "dygraph":
