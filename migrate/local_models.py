@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections.abc import Iterable
 
 _MARK = b"BatchNorm"  # torch BatchNorm2d, Paddle BatchNorm2D, Keras BatchNormalization, SyncBatchNorm
+# library models built of batch normalisation layers (torchvision's and paddle.vision's names), which a local helper
+# may build and return (``def build_model(name): return mobilenet_v3_small(...)``: a steel-defect classifier, round I)
+_LIBRARY_MODELS = re.compile(rb"\b(resnet\d+\w*|resnext\d+\w*|wide_resnet\d+_2|mobilenet_v[123]\w*|densenet\d+"
+                             rb"|inception_v3|shufflenet_v2\w*|efficientnet_\w+|vgg\d+_bn)\b")
 
 
 _NONE: tuple[tuple[str, ...], ...] = ((), (), (), ())
@@ -56,14 +61,15 @@ def _facts_of(file: str, depth: int = 0) -> tuple[tuple[str, ...], ...]:
         return _NONE
     if os.path.basename(file) == "__init__.py" and depth < 3 and b"from ." in source:
         return _reexported(file, source, depth)
-    if _MARK not in source and b"def forward" not in source and b".backward(" not in source:
+    library = _LIBRARY_MODELS.search(source) is not None
+    if _MARK not in source and not library and b"def forward" not in source and b".backward(" not in source:
         return _NONE
     try:
         tree = ast.parse(source, file)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return _NONE
     trains = b".backward(" in source
-    return (tuple(sorted(_builders(tree))) if _MARK in source else (), tuple(sorted(_unreached(tree))),
+    return (tuple(sorted(_builders(tree))) if _MARK in source or library else (), tuple(sorted(_unreached(tree))),
             tuple(_training_parameters(tree)) if trains else (), tuple(sorted(_trainers(tree))) if trains else ())
 
 
@@ -176,7 +182,8 @@ def _builders(tree: ast.Module) -> set[str]:
     definitions = {d.name: d for d in tree.body if isinstance(d, (ast.ClassDef, ast.FunctionDef))}
     names = {d: {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
                  if isinstance(n, (ast.Name, ast.Attribute))} for d, node in definitions.items()}
-    builders = {d for d, used in names.items() if any("BatchNorm" in u for u in used)}
+    builders = {d for d, used in names.items()
+                if any("BatchNorm" in u or _LIBRARY_MODELS.fullmatch(u.encode()) for u in used)}
     changed = True
     while changed:  # def resnet18(): return ResNet(BasicBlock, ...)
         changed = False

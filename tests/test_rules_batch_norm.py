@@ -206,3 +206,21 @@ def test_a_model_built_from_a_local_modules_batch_norm_class_is_noted(tmp_path, 
     main(["--check", str(script)])
     err = capsys.readouterr().err
     assert "train.py:4:9: note batch-norm: batch normalisation (the layers of resnet18(...)): launched" in err, err
+
+
+def test_a_library_model_a_local_helper_builds_is_noted(tmp_path, capsys):
+    """A steel-defect classifier (issue 19 audit round I): ``_common.build_model(name)`` imports
+    ``paddle.vision.models.mobilenet_v3_small`` inside the function and returns it; nothing was said."""
+    from dpmigrate.cli import main
+
+    (tmp_path / "_common.py").write_text(
+        "import paddle\n\n\ndef build_model(name, num_classes=6):\n    if name == 'mobilenet_v3_small':\n"
+        "        from paddle.vision.models import mobilenet_v3_small\n"
+        "        return mobilenet_v3_small(num_classes=num_classes)\n    return paddle.nn.Linear(2, 2)\n")
+    script = tmp_path / "train.py"
+    script.write_text("import paddle\nfrom _common import build_model\n\nmodel = build_model('mobilenet_v3_small')\n"
+                      "opt = paddle.optimizer.SGD(parameters=model.parameters())\nfor x in paddle.io.DataLoader(DATA, "
+                      "batch_size=2):\n    model(x).sum().backward()\n    opt.step()\n")
+    main(["--check", str(script)])
+    err = capsys.readouterr().err
+    assert "train.py:4:9: note batch-norm: batch normalisation (the layers of build_model(...)): launched" in err, err
