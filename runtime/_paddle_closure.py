@@ -21,11 +21,13 @@ import paddle.distributed as dist
 
 
 class ClosureAveragingOptimizer:
-    """``optimizer`` whose ``step(closure)`` averages each closure call's gradients and loss over ``world_size`` ranks."""
+    """``optimizer`` whose ``step(closure)`` averages each closure call's gradients over ``world_size`` ranks, and its
+    loss with ``mean``."""
 
-    def __init__(self, optimizer, world_size: int):
+    def __init__(self, optimizer, world_size: int, mean):
         self._dpmigrate_inner = optimizer
         self._dpmigrate_world_size = world_size
+        self._dpmigrate_mean = mean  # the runtime's all_reduce(value, "mean"): tensors and numbers alike
         with paddle.no_grad():
             for parameter in self._dpmigrate_parameters():
                 dist.broadcast(parameter, src=0)
@@ -46,15 +48,7 @@ class ClosureAveragingOptimizer:
                         grad = parameter.grad
                         dist.all_reduce(grad)
                         grad.scale_(1.0 / world_size)
-                if isinstance(loss, paddle.Tensor):
-                    loss = loss.detach().clone()
-                    dist.all_reduce(loss)
-                    loss = loss / world_size
-                elif loss is not None:
-                    total = paddle.to_tensor([float(loss)], dtype="float64")
-                    dist.all_reduce(total)
-                    loss = float(total.item()) / world_size
-            return loss
+            return loss if loss is None else self._dpmigrate_mean(loss)
 
         return self._dpmigrate_inner.step(averaged)
 

@@ -197,7 +197,7 @@ def distributed_optimizer(optimizer):
     if isinstance(optimizer, paddle.optimizer.LBFGS):  # step(closure): fleet's optimizer has none
         from ._paddle_closure import ClosureAveragingOptimizer
 
-        return ClosureAveragingOptimizer(optimizer, world_size())
+        return ClosureAveragingOptimizer(optimizer, world_size(), mean=lambda value: _all_reduce(value, "mean"))
     return fleet.distributed_optimizer(optimizer)  # the strategy was given to fleet.init; passing it again warns
 
 
