@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from cli_samples import CONVERTED_SCRIPT, TORCH_SCRIPT
 
+pytestmark = pytest.mark.alone  # its slow jobs time how fast a failure or a signal ends them: run one at a time
+
 FILES = 300
 STOPPED_WITHIN = 2.5  # seconds from the signal to the exit, on a loaded 2-core machine
 

@@ -26,6 +26,8 @@ from dpmigrate.launch import torch as torch_backend
 from dpmigrate.launch.backend import Job, Outcome, RankExit
 from dpmigrate.launch.processes import descendants
 
+pytestmark = pytest.mark.alone  # its slow jobs time how fast a failure or a signal ends them: run one at a time
+
 LAUNCH_PACKAGE = Path(dpmigrate.launch.__file__).parent
 
 TORCH_HEADER = """\

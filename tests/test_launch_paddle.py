@@ -24,6 +24,8 @@ from dpmigrate.launch import cli
 from dpmigrate.launch import paddle as paddle_backend
 from dpmigrate.launch.processes import descendants
 
+pytestmark = pytest.mark.alone  # its slow jobs time how fast a failure or a signal ends them: run one at a time
+
 TRAIN = Path(__file__).parent / "jobs" / "paddle_train.py"
 
 

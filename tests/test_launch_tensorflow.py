@@ -20,6 +20,8 @@ from dpmigrate.launch import cli
 from dpmigrate.launch import tensorflow as tf_backend
 from dpmigrate.launch.processes import descendants
 
+pytestmark = pytest.mark.alone  # its slow jobs time how fast a failure or a signal ends them: run one at a time
+
 RUN_ID = "0123456789abcdef0123456789abcdef"
 JOBS = Path(__file__).parent / "jobs"
 

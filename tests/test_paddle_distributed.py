@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 JOBS = Path(__file__).parent / "jobs"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # times how fast a lost or frozen rank ends the job
 
 
 def clean_env(**extra):

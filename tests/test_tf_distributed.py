@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 JOBS = Path(__file__).parent / "jobs"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # times how fast a lost or frozen rank ends the job
 LAUNCHER_PREFIXES = ("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "TORCHELASTIC", "SLURM_", "OMPI_", "PADDLE_",
                      "TF_CONFIG", "GROUP_RANK", "DPMIGRATE_", "TF_USE_LEGACY_KERAS")
 

@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 JOBS = Path(__file__).parent / "jobs"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # times how fast a lost or frozen rank ends the job
 
 
 def clean_env(**extra):

@@ -15,7 +15,7 @@ import pytest
 from test_torch_distributed import clean_env, launch, run_single
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # times how fast a lost or frozen rank ends the job
 
 JOB = "torch_unseeded.py"
 
