@@ -171,18 +171,20 @@ class HighLevelModels:
 
     def reads(self, loader: Loader, kinds: set[tuple[str, int, str]]) -> bool:
         """``loader`` (by its variable, or built inline) is handed to one of the methods in ``kinds``."""
-        for _, arg in self.data_arguments(kinds):
-            if arg.value is loader.call:
+        return any(self.is_argument(loader, arg.value) for _, arg in self.data_arguments(kinds))
+
+    def is_argument(self, loader: Loader, value: cst.BaseExpression) -> bool:
+        """``value``, an argument of a high-level call, is ``loader``: built inline, read by its variable, or
+        returned by a local function."""
+        if value is loader.call:
+            return True
+        if loader.name and isinstance(value, cst.Name) and value.value == loader.name:
+            # the binding the argument reads is this loader's (a name rebound to another loader later,
+            # ``test_loader = DataLoader(...)`` for evaluate, then again for predict, is two loaders)
+            reaching = self.ctx.analysis(Bindings).reaching(value, loader.name)
+            if reaching is None or reaching is self.q.statement_of(loader.call):
                 return True
-            if loader.name and isinstance(arg.value, cst.Name) and arg.value.value == loader.name:
-                # the binding the argument reads is this loader's (a name rebound to another loader later,
-                # ``test_loader = DataLoader(...)`` for evaluate, then again for predict, is two loaders)
-                reaching = self.ctx.analysis(Bindings).reaching(arg.value, loader.name)
-                if reaching is None or reaching is self.q.statement_of(loader.call):
-                    return True
-            if self._returned_by(loader, arg.value):
-                return True
-        return False
+        return self._returned_by(loader, value)
 
     def _returned_by(self, loader: Loader, value: cst.BaseExpression) -> bool:
         """``value`` is what a module-level function returning ``loader`` alone gave: ``make_loader(...)`` inline,

@@ -36,12 +36,14 @@ class PaddleGlobalBatchSize(GlobalBatchSize):
 
     def other_batch_sizes(self) -> None:
         """``fit`` of a ``paddle.Model`` on a Dataset: under a launcher it reads ``batch_size`` per rank."""
-        loaders = {loader.name for loader in self.ctx.analysis(LoaderFlow).loaders if loader.name}
-        for fit, data in self.ctx.analysis(HighLevelModels).data_arguments(TRAINING_DATA):
-            if (isinstance(data.value, cst.Name) and data.value.value in loaders) or self.q.is_call_to(
+        high_level = self.ctx.analysis(HighLevelModels)
+        loaders = self.ctx.analysis(LoaderFlow).loaders
+        names = {loader.name for loader in loaders if loader.name}
+        for fit, data in high_level.data_arguments(TRAINING_DATA):
+            if (isinstance(data.value, cst.Name) and data.value.value in names) or self.q.is_call_to(
                 data.value, self.vocabulary.data_loaders
-            ):
-                continue  # a DataLoader: its own batch size (above); fit's is not used
+            ) or any(high_level.is_argument(loader, data.value) for loader in loaders):
+                continue  # a DataLoader (also one a local function returns): its own batch size; fit's is not used
             size = argument(fit.call, 1, "batch_size")
             if size is None:
                 self.report(fit.call, "declined", "--batch global: this fit(...) uses the default batch size of 1",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...codemod.loaders import LoaderFlow, own_sampling
 from ...codemod.rule import Rule
 from ..common.evaluated_share import evaluated_share_note, imported_share_notes, unaveraged_note
-from ._analyses import EVALUATION_DATA, TRAINING_DATA, HighLevelModels, evaluated_by_a_model
+from ._analyses import EVALUATION_DATA, GATHERED_EVALUATION, TRAINING_DATA, HighLevelModels, evaluated_by_a_model
 
 
 class PaddleShardTrainingLoader(Rule):
@@ -42,8 +42,11 @@ class PaddleShardTrainingLoader(Rule):
                 continue
             if loader.role == "unknown" and not fitted:
                 if high_level.reads(loader, EVALUATION_DATA):
+                    gathered = ("; paddle.Model still gathers every rank's outputs, so the 'Eval samples' count it "
+                                "prints is about N times the loader's (its loss is exact)"
+                                if high_level.reads(loader, GATHERED_EVALUATION) else "")
                     self.report(loader.call, "note", f"DataLoader{_named(loader.name)} evaluated by a paddle.Model: "
-                                "left whole, every rank evaluates all of it (correct, no speed-up)")
+                                f"left whole, every rank evaluates all of it (correct, no speed-up){gathered}")
                     continue
                 self.report(
                     loader.call, "declined",
