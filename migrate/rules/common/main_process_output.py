@@ -8,12 +8,14 @@ import libcst as cst
 
 from ...codemod import patterns as m
 from ...codemod.models import Models
+from ...codemod.query import is_main_guard
 from ...codemod.ranks import RankAnalysis
 from ...codemod.rule import Rule
 
 PROGRESS_BARS = {"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.trange", "tqdm.auto.trange"}
 
 
+_REMOVALS = {"os.remove", "os.unlink", "os.rmdir", "os.rename", "os.replace", "shutil.rmtree", "shutil.move"}
 _FILE_OUTPUTS = {
     # removals and renames: the second rank to run one fails (the file is gone): clean-up after a save, old checkpoints
     "os.remove", "os.unlink", "os.rmdir", "os.rename", "os.replace", "shutil.rmtree",
@@ -76,9 +78,11 @@ class MainProcessOutput(Rule):
     ``sys.stdout``, ``json.dump``/``numpy.save``/``savefig``, a ``progress_bar(...)`` helper, and a
     ``with open(path, "w")`` block (or pathlib's ``path.open("w")``) that neither trains nor meets the other
     ranks, pathlib's ``path.write_text(...)``/``write_bytes(...)``, and removals and renames of
-    files (``os.remove``, ``shutil.rmtree``...: the second rank to remove a file fails). A file written so that a
-    later statement reads it back (``plt.savefig(p)`` then ``Image.open(p)``) gets ``dp.barrier()`` after the
-    write, so no rank reads it before it exists.
+    files (``os.remove``, ``shutil.rmtree``...: the second rank to remove a file fails), and a
+    ``print(line, file=open(log, "a"))`` (the ``open`` too: ``dp.print`` would still open it on every rank). A file
+    written so that a later statement reads it back (``plt.savefig(p)`` then ``Image.open(p)``) gets
+    ``dp.barrier()`` after the write, so no rank reads it before it exists; a removal of a path an earlier
+    statement of the same function handed to a call gets one before it, so no rank is still reading it.
     A learning-rate scheduler's ``verbose=True`` becomes ``verbose=dp.is_main_process()``.
     TensorBoard's ``SummaryWriter`` is reported (every rank writes its own event file).
     Leaves alone: progress bars that already pass ``disable=``; writes that are not a statement of
@@ -112,6 +116,8 @@ class MainProcessOutput(Rule):
             self._once(node, f"{node.func.value}(...) shown")
         elif _opens_for_writing(self.q, node) and node.args and (node.args[0].keyword is None or _path_open(node)):
             self._kept_file(node)
+        elif (opened := self._print_to_opened_file(node)) is not None:
+            self._once(node, "print(..., file=open(...)) run", paths={self.code(opened.args[0].value)})
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value in _PATH_WRITES and node.args:
             self._once(node, f"{self.code(node.func)}(...) run", paths={self.code(node.func.value)})
         elif (verbose := self._verbose_scheduler(node)) is not None:
@@ -124,6 +130,18 @@ class MainProcessOutput(Rule):
                 "every rank writes its own TensorBoard event file into this folder (TensorBoard shows N runs)",
                 "to log once, create the writer only when dp.is_main_process() and guard its calls",
             )
+
+    def _print_to_opened_file(self, node: cst.Call) -> cst.Call | None:
+        """The ``open(path, "a")`` of ``print(line, file=open(path, "a"))`` (an MLP homework's whole log): every rank
+        opened and appended, so the log held each line N times with each rank's own figures, and a ``"w"`` at
+        start-up could truncate what another rank had written. The statement runs on the main process (``dp.print``
+        would not do: its arguments, the ``open`` among them, are evaluated on every rank)."""
+        if not self.q.is_call_to(node, {"builtins.print"}):
+            return None
+        target = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "file"), None)
+        if not (isinstance(target, cst.Call) and _opens_for_writing(self.q, target) and target.args):
+            return None
+        return None if self.ctx.analysis(RankAnalysis).has_collective(node) else target
 
     def _verbose_scheduler(self, node: cst.Call) -> cst.Arg | None:
         """``verbose=True`` given to a learning-rate scheduler (Paddle's ``paddle.optimizer.lr.*``, torch's
@@ -210,6 +228,8 @@ class MainProcessOutput(Rule):
         self.ctx.plan.group([statement], self.main_process_only)
         self._wait_before_reads(statement, paths if paths is not None else
                                 {self.code(a.value) for a in node.args if a.keyword is None})
+        if self.q.is_call_to(node, _REMOVALS):
+            self._wait_before_removal(statement, node)
         exported = self._exported_model(node)
         if exported is not None:
             self.ctx.plan.replace(exported, lambda updated: self.dp_call("unwrap", updated))
@@ -242,11 +262,44 @@ class MainProcessOutput(Rule):
                 reads = self.q.is_call_to(call, _READS)
                 if not reads and isinstance(call.func, cst.Attribute) and call.func.attr.value in _PATH_READS:
                     first, reads = call.func.value, True  # (out / "history.json").read_text()
+                if reads and _opens_for_writing(self.q, call):
+                    continue  # open(path, "a"): another write (the main process's too, when it is guarded), no read
                 if first is not None and self.code(first) in paths and reads:
                     self.ctx.plan.insert_after(statement, self.statement("{dp}.barrier()\n"))
                     self.report(call, "change", f"dp.barrier() before this read of {self.code(first)}: the main "
                                 "process writes it alone, the other ranks wait until it is there")
                     return
+
+    def _wait_before_removal(self, statement: cst.SimpleStatementLine, node: cst.Call) -> None:
+        """A removal the main process now runs alone, of a path an earlier statement of the same top-level block
+        hands to a call (a device smoke test's ``jit.save(model, "output/model")``, ``infer("output")``, then
+        ``shutil.rmtree("output")``): the other ranks may still be reading it, so every rank waits with
+        ``dp.barrier()`` before the removal (measured: a rank 5 s late failed on a deleted ``output/model.json``).
+        Only in a function's or the module's own body (or ``if __name__ == "__main__":``), which every rank runs."""
+        first = next((a.value for a in node.args if a.keyword is None), None)
+        block = self.q.block_of(statement)
+        if first is None or block is None or not self._every_rank_runs(block):
+            return
+        path = self.code(first)
+        literal = first.evaluated_value if isinstance(first, cst.SimpleString) else None
+        earlier = list(block.body)[:[id(s) for s in block.body].index(id(statement))]
+        for before in reversed(earlier):  # the nearest: the last to read it
+            for call in self.q.index.of_type(before, cst.Call):
+                for arg in call.args:
+                    value = arg.value
+                    same = self.code(value) == path or (
+                        isinstance(literal, str) and isinstance(value, cst.SimpleString)
+                        and isinstance(value.evaluated_value, str) and value.evaluated_value.startswith(literal + "/"))
+                    if same and call is not node:
+                        self.ctx.plan.insert_before(statement, self.statement("{dp}.barrier()\n"))
+                        self.report(node, "change", f"dp.barrier() before this removal of {path}: the other ranks "
+                                    f"may still be reading what {self.code(call.func)}(...) was handed")
+                        return
+
+    def _every_rank_runs(self, block: cst.CSTNode) -> bool:
+        owner = self.q.parent(block)
+        return isinstance(block, cst.Module) or isinstance(owner, cst.FunctionDef) or (
+            isinstance(owner, cst.If) and is_main_guard(owner) and isinstance(self.q.parent(owner), cst.Module))
 
     def _exported_model(self, node: cst.Call) -> cst.Name | None:
         """The model a ``torch.onnx.export(model, ...)`` exports: the plain module, not its wrapper."""
