@@ -15,6 +15,11 @@
   the main process alone, with nothing between the other ranks' reads and it; a rank 5 s late failed on a deleted
   file. The removal now waits for every rank (``dp.barrier()``) when an earlier statement of the same function
   handed that path to a call.
+- the same homework trained five fresh models in ``for t in range(5):`` (each handed to ``train(model, ...)``) and
+  set its device with ``paddle.device.set_device(paddle.device.get_device())``: both were declined, the model
+  "built and trained inside one block"; run as it was, each rank trained its own copy on its half of the data.
+  A model built afresh in each turn of a ``range`` loop is now wrapped in the turn (``tests/test_rules_model.py``,
+  fixture ``paddle/repeated_trials``), and the current device is treated as a device the script names.
 """
 
 from __future__ import annotations
@@ -142,3 +147,14 @@ def test_the_log_is_written_once_and_a_late_rank_still_reads_the_export_before_i
     assert not (one / "export").exists() and not (two / "export").exists()
     checked = [line.split("] ", 1)[-1] for line in job.stdout.splitlines() if "exported model" in line]
     assert len(checked) == 1 and len([line for line in original.stdout.splitlines() if "exported model" in line]) == 1
+
+
+def test_the_current_device_becomes_this_ranks_card_when_it_is_a_gpu():
+    result = convert_text("""\
+        import paddle
+        paddle.device.set_device(paddle.device.get_device())
+        net = paddle.nn.Linear(2, 1)
+        """)
+    assert ("paddle.device.set_device(dp.device() if paddle.device.get_device().startswith(\"gpu\") "
+            "else paddle.device.get_device())") in result.output.decode()
+    assert not findings_of(result, "paddle-rank-device", "declined")

@@ -219,19 +219,36 @@ def test_model_built_in_a_with_block_inside_main_is_wrapped_inside_it():
     assert lines.index("        model = dp.distributed_model(model)") == lines.index("        model = torch.nn.Linear(2, 1)") + 1
 
 
-def test_model_built_and_trained_inside_a_loop_is_declined_not_wrapped_after_it():
-    result = convert_text(
-        """
-        import torch
-        for trial in range(2):
-            model = torch.nn.Linear(2, 1)
-            opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            opt.zero_grad(); model(torch.ones(4, 2)).sum().backward(); opt.step()
-        """
-    )
-    assert "distributed_model" not in result.output.decode()
-    declined = findings_of(result, "distributed-model", "declined")
-    assert len(declined) == 1 and "inside one block" in declined[0].message
+def test_model_built_and_trained_afresh_in_each_turn_of_a_repeat_loop_is_wrapped_in_each_turn():
+    """``for trial in range(2):`` / a literal list: every rank runs as many turns (an MLP homework trained five
+    fresh models and kept the best one: audit round M); the wrap lands in the turn, after the model is built."""
+    for loop in ("for trial in range(2):", "for lr in [0.1, 0.01]:"):
+        result = convert_text(
+            f"""
+            import torch
+            {loop}
+                model = torch.nn.Linear(2, 1)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                opt.zero_grad(); model(torch.ones(4, 2)).sum().backward(); opt.step()
+            """
+        )
+        lines = result.output.decode().splitlines()
+        assert lines.index("    model = dp.distributed_model(model)") == lines.index("    model = torch.nn.Linear(2, 1)") + 1
+        assert not findings_of(result, "distributed-model", "declined")
+
+
+def test_model_built_and_trained_inside_another_loop_is_declined_not_wrapped_after_it():
+    for loop in ("for trial in trials():", "while budget_left():", "for trial in range(2):  # (with an else)"):
+        source = "\n".join([
+            "import torch", loop,
+            "    model = torch.nn.Linear(2, 1)",
+            "    opt = torch.optim.SGD(model.parameters(), lr=0.1)",
+            "    opt.zero_grad(); model(torch.ones(4, 2)).sum().backward(); opt.step()",
+            *(["else:", "    pass"] if "else" in loop else []), ""])
+        result = convert_text(source)
+        assert "distributed_model" not in result.output.decode()
+        declined = findings_of(result, "distributed-model", "declined")
+        assert len(declined) == 1 and "inside one block" in declined[0].message
 
 
 def test_a_model_trained_by_lbfgs_is_left_to_the_distributed_optimizer():

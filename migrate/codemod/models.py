@@ -201,8 +201,9 @@ class Models:
 
         ``holder`` is the statement of ``scope`` that binds the model (None: the first that assigns it). A
         block that builds the model and also trains it (``if __name__ == "__main__":`` holding the whole
-        script, ``with ...:``) is entered, so the wrap lands before the training in it; any other such
-        block (``if``/``for``/``try``) is declined: wrapping after it would be too late.
+        script, ``with ...:``, a loop repeating the whole training over ``range(...)`` or a literal list) is
+        entered, so the wrap lands before the training in it; any other such block (``if``/``for``/``try``) is
+        declined: wrapping after it would be too late.
         """
         statements = list(body_statements(scope))
         if holder is None:
@@ -211,7 +212,8 @@ class Models:
                 return None
         created = statements.index(holder)
         if not isinstance(holder, (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef)) and self.q.trains(holder):
-            enterable = isinstance(holder, cst.With) or (isinstance(holder, cst.If) and is_main_guard(holder))
+            enterable = isinstance(holder, cst.With) or (isinstance(holder, cst.If) and is_main_guard(holder)) or (
+                _repeats(self.q, holder))
             if not enterable or not isinstance(holder.body, cst.IndentedBlock):
                 return None
             function = self.q.function_of(holder) or self.module
@@ -229,6 +231,14 @@ class Models:
                 break
         set_up = [i for i in range(created, stop) if _sets_up(self.q, statements[i], name)]
         return statements[max(set_up, default=created)]
+
+
+def _repeats(query: Query, statement: cst.BaseStatement) -> bool:
+    """``for t in range(5):`` or ``for lr in [0.1, 0.01]:`` (no ``else``): a loop every rank runs as often, so a model
+    it builds and trains afresh in each turn (an MLP homework's five repeats, K folds) is wrapped in each turn."""
+    if not isinstance(statement, cst.For) or statement.orelse is not None or statement.asynchronous is not None:
+        return False
+    return query.is_call_to(statement.iter, {"builtins.range"}) or isinstance(statement.iter, (cst.List, cst.Tuple))
 
 
 def _top_statement(query: Query, scope: cst.CSTNode, node: cst.CSTNode) -> cst.BaseStatement | None:

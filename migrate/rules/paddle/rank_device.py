@@ -10,6 +10,7 @@ from ...codemod.rule import Rule
 
 SET_DEVICE = {"paddle.set_device", "paddle.device.set_device"}
 CUDA_PLACE = {"paddle.CUDAPlace", "paddle.base.core.CUDAPlace"}
+GET_DEVICE = {"paddle.device.get_device", "paddle.get_device"}  # the current device: "gpu:0" on every rank of a GPU job
 
 
 def gpu_string(node: cst.CSTNode | None) -> bool:
@@ -30,6 +31,8 @@ class PaddleRankDevice(Rule):
            -> paddle.set_device(dp.device() if use_gpu else "cpu")   (the script's flag still rules)
               paddle.set_device(args.device)
            -> paddle.set_device(dp.device() if args.device.startswith("gpu") else args.device)
+              paddle.device.set_device(paddle.device.get_device())   (an MLP homework's "the default device")
+           -> the same, with ``dp.device()`` when it names a GPU
               place = paddle.CUDAPlace(0)             -> place = paddle.CUDAPlace(dp.local_rank())
               x = x.cuda(0)                           -> x = x.cuda(dp.local_rank())   (``.cuda()`` follows set_device)
     Leaves alone: ``"cpu"`` (a CPU script stays on the CPU); a device computed by a call (declined);
@@ -66,7 +69,7 @@ class PaddleRankDevice(Rule):
             self.ctx.plan.replace(value, lambda v: v.with_changes(body=self.dp("device()")))
             self.report(node, "change", "the GPU branch of this device choice -> dp.device(): this rank's card; "
                         "the script's condition still decides")
-        elif isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)):
+        elif isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)) or self.q.is_call_to(value, GET_DEVICE):
             def rewrite(updated: cst.Arg) -> cst.Arg:
                 starts = cst.Call(cst.Attribute(updated.value.deep_clone(), cst.Name("startswith")),
                                   [cst.Arg(cst.SimpleString('"gpu"'))])
