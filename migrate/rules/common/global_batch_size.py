@@ -8,6 +8,9 @@ from ...codemod import patterns as m
 from ...codemod.loaders import LoaderFlow
 from ...codemod.rule import Rule
 
+_SHAPE_METHODS = {"reshape", "view", "expand", "tile", "repeat", "broadcast_to"}
+_FRAMEWORKS = ("paddle.", "torch.", "tensorflow.")
+
 
 class GlobalBatchSize(Rule):
     """Rewrite a training loader's batch size B to ``dp.per_rank_batch_size(B)`` (``--batch global``).
@@ -53,6 +56,42 @@ class GlobalBatchSize(Rule):
             value=self.dp_call("per_rank_batch_size", updated.value)))
         self.report(node, "change", f"--batch global: batch size {self.code(value)} -> "
                     "dp.per_rank_batch_size(...), so the global batch stays the same", effect="split-batch")
+        self._tensor_shapes_of(value)
+
+    def _tensor_shapes_of(self, value: cst.BaseExpression) -> None:
+        """The global batch size also sizing a tensor where each batch is handled (an OCR tutorial's CTC loss built
+        its length tensors in ``forward`` with ``paddle.full([BATCH_SIZE], ...)``; a GAN's labels made in its loop):
+        each rank's batch now holds B / N samples, so the shapes no longer fit (measured: "X=[8] vs Y=[16]" on 2
+        ranks). Declined there, with the fix; a set-up outside any loop (a data set of B x 10 rows) is left."""
+        if not isinstance(value, (cst.Name, cst.Attribute)):
+            return
+        text = self.code(value)
+        shown = getattr(self, "_shown", set())
+        self._shown = shown
+        for read in self.q.index.of_type(self.ctx.module, type(value)):
+            if read is value or id(read) in shown or self.code(read) != text or not self._per_step(read):
+                continue
+            call = next((a for a in self.q.ancestors(read) if isinstance(a, cst.Call)), None)
+            if call is None or not self._sizes_a_tensor(call):
+                continue
+            shown.add(id(read))
+            self.report(read, "declined", f"--batch global: `{text}` sizes a tensor here ({self.code(call.func)}(...)) "
+                        "as the global batch, while each rank's training batch now holds dp.per_rank_batch_size("
+                        f"{text}) samples: the shapes no longer fit",
+                        f"if it sizes a training batch, use dp.per_rank_batch_size({text}) here; or convert with "
+                        "--batch per-device")
+
+    def _per_step(self, node: cst.CSTNode) -> bool:
+        """In a loop, or in a layer's (or loss's) ``forward``: code that runs on every batch, not a data set-up."""
+        function = self.q.function_of(node)
+        if function is not None and function.name.value in ("forward", "__call__", "call"):
+            return True
+        return any(isinstance(a, (cst.For, cst.While)) for a in self.q.ancestors(node))
+
+    def _sizes_a_tensor(self, call: cst.Call) -> bool:
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in _SHAPE_METHODS:
+            return True
+        return any(name.startswith(_FRAMEWORKS) for name in self.q.qualified_names(call.func))
 
     def _batch_sizes(self, call: cst.Call) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
         for index, arg in enumerate(call.args):
