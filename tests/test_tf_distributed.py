@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 JOBS = Path(__file__).parent / "jobs"
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # times how fast a lost or frozen rank ends the job
+pytestmark = pytest.mark.slow
 LAUNCHER_PREFIXES = ("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "TORCHELASTIC", "SLURM_", "OMPI_", "PADDLE_",
                      "TF_CONFIG", "GROUP_RANK", "DPMIGRATE_", "TF_USE_LEGACY_KERAS")
 
@@ -126,6 +126,7 @@ def test_a_keras3_model_fit_on_two_workers_fails_naming_the_fix(tmp_path):
     assert "export TF_USE_LEGACY_KERAS=1" in proc.stderr
 
 
+@pytest.mark.alone  # times how fast a lost, late or frozen rank ends the job: run one at a time
 def test_a_worker_killed_mid_run_ends_the_job_quickly_naming_it(tmp_path):
     proc = launch("--timeout", "20", str(JOBS / "tf_fault.py"), str(tmp_path), "kill", cwd=tmp_path, expect=1)
     killed_at = float((tmp_path / "killed.rank1").read_text())
@@ -135,6 +136,7 @@ def test_a_worker_killed_mid_run_ends_the_job_quickly_naming_it(tmp_path):
     assert "dpmigrate launch: rank 1 failed (killed by SIGKILL); the other ranks were stopped" in proc.stderr
 
 
+@pytest.mark.alone  # times how fast a lost, late or frozen rank ends the job: run one at a time
 def test_a_worker_that_never_joins_ends_the_job_within_the_start_timeout_naming_it(tmp_path):
     proc = launch("--start-timeout", "10", str(JOBS / "tf_fault.py"), str(tmp_path), "never", cwd=tmp_path, expect=1)
     waited_from = float((tmp_path / "init.rank0").read_text())

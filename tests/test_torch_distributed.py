@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 JOBS = Path(__file__).parent / "jobs"
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # times how fast a lost or frozen rank ends the job
+pytestmark = pytest.mark.slow
 
 
 def clean_env(**extra):
@@ -155,6 +155,7 @@ def test_fp16_gradient_compression_and_bucket_size_still_train_equivalently(tmp_
     assert 0 < diff < 1e-2  # half-precision all-reduce: close, not bit-equal
 
 
+@pytest.mark.alone  # times how fast a lost, late or frozen rank ends the job: run one at a time
 def test_a_killed_rank_ends_the_launched_job_with_a_message_naming_it(tmp_path):
     """Must show 5: rank 1 SIGKILLed mid-training: the job exits non-zero fast, naming rank 1."""
     started = time.perf_counter()
@@ -183,6 +184,7 @@ def start_ranks_by_hand(tmp_path, *args, timeout="20"):
     return procs
 
 
+@pytest.mark.alone  # times how fast a lost, late or frozen rank ends the job: run one at a time
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_surviving_rank_names_the_lost_rank_without_a_launcher(tmp_path, how):
     """Killed (socket closed) or frozen (only the 20 s timeout can tell): rank 0 says rank 1 was lost."""
