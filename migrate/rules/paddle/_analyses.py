@@ -137,7 +137,8 @@ class HighLevelModels:
 
     def prepares(self, optimizer: cst.Call) -> bool:
         """The optimizer built by ``optimizer`` belongs to a high-level model (the API averages its gradients)."""
-        if any(self.holds(optimizer, owner, networks=False) for owner in parameter_owners(self.q, optimizer)):
+        if any(self.holds(optimizer, owner, networks=False) for owner in parameter_owners(self.q, optimizer)) and (
+                not self._stepped_by_hand(optimizer)):
             return True  # (over a network a paddle.Model holds, only when prepare() is given it: below)
         for ancestor in self.q.ancestors(optimizer):
             if isinstance(ancestor, cst.Call) and any(c.call is ancestor for c in self.of("prepare")):
@@ -151,6 +152,34 @@ class HighLevelModels:
             ):
                 return not bindings or id(statement) in bindings
         return False
+
+    def _stepped_by_hand(self, optimizer: cst.Call) -> bool:
+        """``optim = Adam(parameters=model.parameters())``, never given to ``prepare``, whose ``optim.step()`` a
+        plain loop calls (study notes training one LeNet six ways: the note said the high-level API averaged it,
+        and each rank stepped on its own half-batch gradient)."""
+        statement = self.q.statement_of(optimizer)
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Assign) and statement.body[0].value is optimizer):
+            return False
+        names = {t.target.value for t in statement.body[0].targets if isinstance(t.target, cst.Name)}
+        if names & self.prepared_optimizers()[0]:
+            return False
+        scope = self.q.function_of(optimizer) or self.ctx.module
+        return any(isinstance(c.func, cst.Attribute) and c.func.attr.value in ("step", "minimize")
+                   and isinstance(c.func.value, cst.Name) and c.func.value.value in names
+                   for c in self.q.index.of_type(scope, cst.Call))
+
+    def network_of(self, node: cst.CSTNode, name: str) -> str | None:
+        """The variable of the network the ``paddle.Model`` bound to ``name`` (read at ``node``) was built over:
+        ``model = paddle.Model(net)`` gives ``net``."""
+        for bound in self.ctx.analysis(Bindings).reachings(node, name) or ():
+            if id(bound) in self._bindings and isinstance(bound, cst.SimpleStatementLine):
+                value = getattr(bound.body[0], "value", None)
+                if isinstance(value, cst.Call) and self.q.is_call_to(value, HIGH_LEVEL_MODEL):
+                    network = argument(value, 0, "network")
+                    if network is not None and isinstance(network.value, cst.Name):
+                        return network.value.value
+        return None
 
     def trained_outside(self, optimizer: cst.Call, name: str) -> bool:
         """``optimizer`` trains ``name``, a network a ``paddle.Model`` holds, without being prepared with it:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ...codemod.models import Models
+from ...codemod.models import SELF_TRAINED, SELF_TRAINED_FIX, Models, trains_itself
+from ...codemod.query import optimizer_class, parameter_owners
 from ...codemod.rule import Rule
 from ._analyses import HighLevelModels
 
@@ -33,6 +34,7 @@ class PaddleDistributedModel(Rule):
 
     def finish(self) -> None:
         high_level = self.ctx.analysis(HighLevelModels)
+        self._stepped_outside_the_api(high_level)
         for found in self.ctx.analysis(Models).sites:
             name, site = found.name, found.site
             if isinstance(site, cst.Call) and high_level.trained_outside(site, name):
@@ -40,7 +42,9 @@ class PaddleDistributedModel(Rule):
                 continue
             if high_level.holds(site, name):
                 continue  # paddle.Model(network).prepare(...) wraps it in DataParallel itself
-            if found.verdict == "attribute":
+            if found.verdict == "attribute" and trains_itself(self.q, site):
+                self.report(site, "declined", SELF_TRAINED, SELF_TRAINED_FIX)
+            elif found.verdict == "attribute":
                 self.report(
                     site, "declined",
                     "the model is held in an attribute (self....): cannot tell where it is built",
@@ -79,6 +83,28 @@ class PaddleDistributedModel(Rule):
                     "gradients across ranks (state_dict keys unchanged)",
                 )
 
+    def _stepped_outside_the_api(self, high_level: HighLevelModels) -> None:
+        """An optimizer over a ``paddle.Model``'s parameters that a plain loop steps, never given to ``prepare``:
+        the network the ``paddle.Model`` was built over is wrapped before it (the loop calls that network), or the
+        optimizer is declined where that network cannot be told."""
+        if not high_level.names:
+            return
+        for call in self.q.index.of_type(self.ctx.module, cst.Call):
+            if optimizer_class(self.q, call) is None or high_level.prepares(call):
+                continue
+            for name in parameter_owners(self.q, call):
+                if not high_level.holds(call, name, networks=False):
+                    continue
+                network = high_level.network_of(call, name)
+                if network is not None:
+                    self._wrap_before(call, network, high_level)
+                else:
+                    self.report(call, "declined", f"this optimizer steps the parameters of paddle.Model `{name}` but is "
+                                "not given to its prepare(): nothing averages its gradients",
+                                "build it over the network the loop calls (`net.parameters()`) and add "
+                                "`net = dp.distributed_model(net)` before it")
+                break
+
     def _wrap_before(self, optimizer: cst.Call, name: str, high_level: HighLevelModels) -> None:
         """A network a ``paddle.Model`` trains with ``fit``, then trained again by a plain loop with its own
         optimizer: wrapped just before that optimizer is built, after the high-level API is done with it (its
@@ -86,7 +112,8 @@ class PaddleDistributedModel(Rule):
         trained its own half apart. A ``paddle.Model`` built and never called (a tutorial's left-over,
         Hupengyu's MNIST) is no obstacle either: the loop is the network's only training."""
         statement = self.q.statement_of(optimizer)
-        uses = [c.call for c in high_level.calls if self.q.function_of(c.call) is self.q.function_of(optimizer)]
+        uses = [c.call for c in high_level.calls if self.q.function_of(c.call) is self.q.function_of(optimizer)
+                and not self.q.index.contains(optimizer, c.call)]  # (its own `model.parameters()` is no use)
         positions = self.ctx.positions
         before = all(positions[u].start.line < positions[optimizer].start.line for u in uses)
         placed = isinstance(self.q.parent(statement), (cst.Module, cst.IndentedBlock))
