@@ -241,6 +241,20 @@ def _repeats(query: Query, statement: cst.BaseStatement) -> bool:
     return query.is_call_to(statement.iter, {"builtins.range"}) or isinstance(statement.iter, (cst.List, cst.Tuple))
 
 
+def trains_itself(query: Query, optimizer: cst.CSTNode) -> bool:
+    """``Adam(parameters=self.parameters())`` in a method of the model's own class (a critic CNN whose
+    ``train_critic_CNN`` builds its optimizer and calls ``self(x)``): no wrapper can stand in for ``self``."""
+    return isinstance(optimizer, cst.Call) and any(
+        isinstance(call.func, cst.Attribute) and m.matches(call.func.value, m.Name("self"))
+        for call in query.findall(optimizer, parameter_call(query)))
+
+
+SELF_TRAINED = ("the model trains itself: this optimizer takes self.parameters() in a method of the model's own class, "
+                "whose self(...) calls the bare network, which no wrapper can replace")
+SELF_TRAINED_FIX = ("move the training loop out of the class into a function that takes the model, and wrap the "
+                    "instance where it is made: `model = dp.distributed_model(model)` before that function is called")
+
+
 def _top_statement(query: Query, scope: cst.CSTNode, node: cst.CSTNode) -> cst.BaseStatement | None:
     """The statement of ``scope``'s own body that holds ``node``."""
     return next((s for s in body_statements(scope) if query.index.contains(s, node)), None)

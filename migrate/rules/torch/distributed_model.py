@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...codemod.models import Models
+from ...codemod.models import SELF_TRAINED, SELF_TRAINED_FIX, Models, trains_itself
 from ...codemod.rule import Rule
 
 
@@ -35,7 +35,9 @@ class DistributedModel(Rule):
     def finish(self) -> None:
         for found in self.ctx.analysis(Models).sites:
             name, site = found.name, found.site
-            if found.verdict == "attribute":
+            if found.verdict == "attribute" and trains_itself(self.q, site):
+                self.report(site, "declined", SELF_TRAINED, SELF_TRAINED_FIX)
+            elif found.verdict == "attribute":
                 self.report(
                     site, "declined",
                     "the model is held in an attribute (self....): cannot tell where it is built and placed",
