@@ -88,7 +88,8 @@ def test_an_evaluation_loader_left_whole_says_paddle_counts_its_samples_on_every
     notes = {f.line: f.message for f in findings_of(result, "paddle-shard-training-loader", "note")}
     assert "left whole, every rank evaluates all of it" in notes[6]
     assert "'Eval samples' count it prints is about N times the loader's (its loss is exact)" in notes[6]
-    assert "left whole" in notes[7] and "Eval samples" not in notes[7]  # predict gathers no count
+    assert "left whole" in notes[7] and "Eval samples" not in notes[7]  # predict gathers nothing, but counts
+    assert "the 'Predict samples' count paddle.Model prints is N times the loader's" in notes[7]
 
 
 def test_a_print_into_a_file_it_opens_runs_on_the_main_process_and_a_removal_waits_for_the_readers():

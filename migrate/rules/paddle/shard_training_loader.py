@@ -44,7 +44,9 @@ class PaddleShardTrainingLoader(Rule):
                 if high_level.reads(loader, EVALUATION_DATA):
                     gathered = ("; paddle.Model still gathers every rank's outputs, so the 'Eval samples' count it "
                                 "prints is about N times the loader's (its loss is exact)"
-                                if high_level.reads(loader, GATHERED_EVALUATION) else "")
+                                if high_level.reads(loader, GATHERED_EVALUATION) else
+                                "; the 'Predict samples' count paddle.Model prints is N times the loader's (it counts "
+                                "each rank's batch N times), the predictions are whole")
                     self.report(loader.call, "note", f"DataLoader{_named(loader.name)} evaluated by a paddle.Model: "
                                 f"left whole, every rank evaluates all of it (correct, no speed-up){gathered}")
                     continue
