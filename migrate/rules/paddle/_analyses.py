@@ -169,6 +169,13 @@ class HighLevelModels:
                    and isinstance(c.func.value, cst.Name) and c.func.value.value in names
                    for c in self.q.index.of_type(scope, cst.Call))
 
+    def becomes_model(self, statement: cst.CSTNode, name: str) -> bool:
+        """``name`` holds a ``paddle.Model`` once ``statement`` has run: it binds one (``model = paddle.Model(model)``,
+        the network's own name rebound to the high-level model over it), or one reaches it (``model.prepare(...)``)."""
+        if name in self.q.assigned_names(statement):
+            return id(statement) in self._bindings  # what it binds now decides, not what reached it
+        return self.holds(statement, name, networks=False)
+
     def network_of(self, node: cst.CSTNode, name: str) -> str | None:
         """The variable of the network the ``paddle.Model`` bound to ``name`` (read at ``node``) was built over:
         ``model = paddle.Model(net)`` gives ``net``."""

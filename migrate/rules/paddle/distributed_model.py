@@ -75,6 +75,9 @@ class PaddleDistributedModel(Rule):
                     "after the block would be too late",
                     f"inside that block, after `{name}` is built, add `{name} = dp.distributed_model({name})`",
                 )
+            elif high_level.becomes_model(found.anchor, name):
+                self.report(found.anchor, "note", f"`{name}` names a paddle.Model by the time it would be wrapped here: "
+                            "its prepare() wraps the network in DataParallel, so dp.distributed_model is not added")
             else:
                 self.ctx.plan.insert_after(found.anchor, self.statement(f"{name} = {{dp}}.distributed_model({name})\n"))
                 self.report(
