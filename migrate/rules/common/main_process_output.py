@@ -163,11 +163,56 @@ class MainProcessOutput(Rule):
             return
         if self.ctx.analysis(RankAnalysis).rank_condition(node) is not None:
             return
-        self.ctx.plan.group([node], self.main_process_only)
+        closing = self._closing_after(node)
+        if closing is None:
+            return  # the file object is used later on every rank: guarding the block would leave it unbound there
+        self.ctx.plan.group([node, *closing], self.main_process_only)
         self.main_process_only_blocks.add(id(node))
         self.report(opened[0], "change", "file written by the main process only (under `if dp.is_main_process():`)")
         self._unwrap_model_calls(node)
         self._wait_before_reads(node, {self.code(a.value) for a in opened[0].args[:1]})
+        self._wait_for_an_input_file(node, opened[0], [node, *closing])
+
+    def _wait_for_an_input_file(self, node: cst.With, opened: cst.Call, group: list[cst.BaseStatement]) -> None:
+        """A file the main process now writes alone, in a function's (or the module's) own body, that the script
+        reads elsewhere by the same literal path (a skip-gram notebook's ``download()`` writes ``./text8.txt``, which
+        the module then opens): every rank waits for it with ``dp.barrier()`` after the write (measured: the other
+        rank failed on a file not yet there, or would read a stale one)."""
+        path = opened.args[0].value if opened.args else None
+        block = self.q.block_of(node)
+        if not isinstance(path, cst.SimpleString) or block is None or not self._every_rank_runs(block):
+            return
+        for call in self.q.index.of_type(self.ctx.module, cst.Call):
+            if self.q.index.contains(node, call) or _opens_for_writing(self.q, call):
+                continue
+            first = next((a.value for a in call.args if a.keyword is None), None)
+            if (isinstance(first, cst.SimpleString) and first.evaluated_value == path.evaluated_value
+                    and self.q.is_call_to(call, _READS) and self.q.block_of(self.q.statement_of(call)) is not block):
+                self.ctx.plan.insert_after(group[-1], self.statement("{dp}.barrier()\n"))
+                self.report(call, "change", f"dp.barrier() after the main process writes {self.code(path)} (line "
+                            f"{self.ctx.positions[node].start.line}): the other ranks wait for it before this read")
+                return
+
+    def _closing_after(self, node: cst.With) -> list[cst.BaseStatement] | None:
+        """The statements right after ``with open(p, "w") as f:`` that only close or flush ``f`` (a skip-gram
+        notebook's ``f.close()``: left outside the guard, it failed on every other rank, ``f`` unbound there), to
+        guard with the block; None when ``f`` is read anywhere else after the block."""
+        names = {item.asname.name.value for item in node.items
+                 if item.asname is not None and isinstance(item.asname.name, cst.Name)}
+        block = self.q.block_of(node)
+        if not names or block is None:
+            return []
+        later = list(block.body)[[id(s) for s in block.body].index(id(node)) + 1:]
+        closing = []
+        for statement in later:
+            if not m.matches(statement, m.SimpleStatementLine(body=[m.Expr(m.Call(func=m.Attribute(
+                    value=m.OneOf(*[m.Name(n) for n in names]), attr=m.OneOf(m.Name("close"), m.Name("flush")))))])):
+                break
+            closing.append(statement)
+        rest = later[len(closing):]
+        if any(n.value in names for s in rest for n in self.q.index.of_type(s, cst.Name)):
+            return None
+        return closing
 
     def _kept_file(self, node: cst.Call) -> None:
         """``log = open("log.txt", "w+")`` kept for the run (BJTUcaptcha's log, written from the training loop): every
