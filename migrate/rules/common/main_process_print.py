@@ -35,8 +35,20 @@ class MainProcessPrint(Rule):
             return
         if any(a.keyword is not None and a.keyword.value == "file" for a in node.args) or self._before_exit(node):
             return
+        statement = self.q.statement_of(node)
+        if self._prints_itself(node) and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            self.ctx.plan.group([statement], self.main_process_only)  # dp.print would still run summary() everywhere
+            self.report(node, "change", "print of a summary run by the main process only (under `if dp.is_main_process():`): "
+                        "summary() prints its own table before it returns")
+            return
         self.ctx.plan.replace(node, lambda updated: updated.with_changes(func=self.dp_attribute("print")))
         self.report(node, "change", "print -> dp.print: printed once, by the main process")
+
+    def _prints_itself(self, node: cst.Call) -> bool:
+        """``print(model.summary())``: Paddle's ``summary`` prints its layer table itself (an image classifier's table
+        showed on every rank, round O)."""
+        return any(isinstance(c.func, cst.Attribute) and c.func.attr.value == "summary"
+                   or self.q.is_call_to(c, {"paddle.summary"}) for a in node.args for c in self.q.findall(a, m.Call()))
 
     def _before_exit(self, node: cst.Call) -> bool:
         statement = self.q.statement_of(node)
