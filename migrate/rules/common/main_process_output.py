@@ -81,8 +81,10 @@ class MainProcessOutput(Rule):
     files (``os.remove``, ``shutil.rmtree``...: the second rank to remove a file fails), and a
     ``print(line, file=open(log, "a"))`` (the ``open`` too: ``dp.print`` would still open it on every rank). A file
     written so that a later statement reads it back (``plt.savefig(p)`` then ``Image.open(p)``) gets
-    ``dp.barrier()`` after the write, so no rank reads it before it exists; a removal of a path an earlier
-    statement of the same function handed to a call gets one before it, so no rank is still reading it.
+    ``dp.barrier()`` after the write, so no rank reads it before it exists (also when the script reads it by the
+    same literal path elsewhere, after the function that writes it); a ``f.close()`` right after the block goes
+    with it; a removal of a path an earlier statement of the same function handed to a call gets one before it, so
+    no rank is still reading it.
     A learning-rate scheduler's ``verbose=True`` becomes ``verbose=dp.is_main_process()``.
     TensorBoard's ``SummaryWriter`` is reported (every rank writes its own event file).
     Leaves alone: progress bars that already pass ``disable=``; writes that are not a statement of
