@@ -10,6 +10,7 @@ from ...codemod.rule import Rule
 from ..common.loop_draws import loop_data_scopes
 from ..common.shared_random_data import NUMPY_DRAWS, PYTHON_DRAWS
 from ..common.shuffle_alike import align, alignable, shuffles_in, unseeded
+from ._analyses import training_loaders
 
 _SHUFFLES = frozenset({"numpy.random.shuffle", "numpy.random.permutation", "random.shuffle", "paddle.randperm"})
 
@@ -40,8 +41,11 @@ class PaddleManualBatching(Rule):
 
     def finish(self) -> None:
         flow = self.ctx.analysis(LoaderFlow)
-        if flow.loaders or flow.imported_training_returns(self.ctx.options.local_modules):
-            return
+        evaluating = {id(loader) for loader in flow.loaders if loader.role == "eval"} - {
+            id(loader) for loader in training_loaders(self.ctx)}
+        if any(id(loader) not in evaluating for loader in flow.loaders) or flow.imported_training_returns(
+                self.ctx.options.local_modules):
+            return  # (a DataLoader that only evaluates, or prints a batch's shape, trains nothing: course MNIST notes)
         loops = [f for f in self.q.findall(self.ctx.module, m.For() | m.While()) if self.q.has_backward(f.body)]
         innermost = [f for f in loops if not any(g is not f and self.q.index.contains(f, g) for g in loops)]
         outer = [f for f in loops if f not in innermost]
