@@ -98,6 +98,19 @@ def test_a_guarded_write_takes_its_close_along_and_the_later_read_waits_for_it()
         write("done")
         """).output.decode()
     assert '    with open("notes.txt", "w") as f:\n        f.write(text)\n' in used_after  # f read later: left whole
+    rebound = convert_text("""\
+        import paddle
+        net = paddle.nn.Linear(1, 1)
+        opt = paddle.optimizer.SGD(parameters=net.parameters())
+        for step in range(2):
+            net(paddle.ones([2, 1])).mean().backward()
+            opt.step()
+        with open("first.txt", "w") as f:
+            f.write("one")
+        with open("second.txt", "w") as f:
+            f.write("two")
+        """).output.decode()
+    assert rebound.count("if dp.is_main_process():\n    with open(") == 2  # a later `as f` binds, it does not read
 
 
 @pytest.mark.slow

@@ -211,9 +211,13 @@ class MainProcessOutput(Rule):
                     value=m.OneOf(*[m.Name(n) for n in names]), attr=m.OneOf(m.Name("close"), m.Name("flush")))))])):
                 break
             closing.append(statement)
-        rest = later[len(closing):]
-        if any(n.value in names for s in rest for n in self.q.index.of_type(s, cst.Name)):
-            return None
+        for statement in later[len(closing):]:
+            rebound = {i.asname.name.value for i in getattr(statement, "items", ())
+                       if i.asname is not None and isinstance(i.asname.name, cst.Name)}
+            if names & (self.q.assigned_names(statement) | rebound):
+                break  # a later `with open(q, "w") as f:` (or `f = ...`) binds f anew: what follows reads that one
+            if any(n.value in names for n in self.q.index.of_type(statement, cst.Name)):
+                return None
         return closing
 
     def _kept_file(self, node: cst.Call) -> None:
