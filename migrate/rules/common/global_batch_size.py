@@ -29,6 +29,10 @@ class GlobalBatchSize(Rule):
     name = "global-batch-size"
     positional_batch_size = 1  # the loader's positional parameter that is the batch size (None: no such parameter)
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._sized: set[int] = set()  # the reads already declined as sizing a tensor (a name scaled at two sites)
+
     def finish(self) -> None:
         if self.ctx.options.batch != "global":
             return
@@ -66,15 +70,13 @@ class GlobalBatchSize(Rule):
         if not isinstance(value, (cst.Name, cst.Attribute)):
             return
         text = self.code(value)
-        shown = getattr(self, "_shown", set())
-        self._shown = shown
         for read in self.q.index.of_type(self.ctx.module, type(value)):
-            if read is value or id(read) in shown or self.code(read) != text or not self._per_step(read):
+            if read is value or id(read) in self._sized or self.code(read) != text or not self._per_step(read):
                 continue
             call = next((a for a in self.q.ancestors(read) if isinstance(a, cst.Call)), None)
             if call is None or not self._sizes_a_tensor(call):
                 continue
-            shown.add(id(read))
+            self._sized.add(id(read))
             self.report(read, "declined", f"--batch global: `{text}` sizes a tensor here ({self.code(call.func)}(...)) "
                         "as the global batch, while each rank's training batch now holds dp.per_rank_batch_size("
                         f"{text}) samples: the shapes no longer fit",
