@@ -28,8 +28,9 @@ class PaddleSaveCondition(Rule):
     A save in a function of the file (``def save_checkpoint(model, path): paddle.save(...)``) is checked
     where that function is called. Only values the loop holding the ``if`` computes from calls count: not
     loop counters, values set before the loop (arguments, flags) or constants; a test may join comparisons with
-    ``and``/``or`` (``if best is None or val_loss < best:``, the None test left as it is). Error (not rewritten):
-    any other test (a call of the figure), or an ``if`` not directly in that loop's body.
+    ``and``/``or`` (``if best is None or val_loss < best:``, the None test left as it is); the ``if`` may sit in
+    ``if``s of that loop whose tests read no such value (``if steps % k == 0:``). Error (not rewritten): any other
+    test (a call of the figure), or an ``if`` under a test of such a value, a ``with`` or a ``try`` in that loop.
     Leaves alone: saves under a rank condition (``paddle-distributed-save``), ``paddle.Model.save`` (rank 0
     writes it alone, no rank waits).
     """
@@ -61,14 +62,14 @@ class PaddleSaveCondition(Rule):
                     if self.ctx.analysis(RankAnalysis).rank_condition(call) is None:
                         self._check(node, call, seen | {helper.name.value})
             return
-        derived = _derived(self.q, container) & self.q.names_in(guard.test)
+        figures = _derived(self.q, container)
+        derived = figures & self.q.names_in(guard.test)
         if not derived:
             return
         value = next(n.value for n in self.q.index.of_type(guard.test, cst.Name) if n.value in derived)
-        body = container.body.body if isinstance(container.body, cst.IndentedBlock) else ()
         if id(guard) in self._done:
             return  # a second save under the same test (the model's and the optimizer's): rewritten once
-        if any(s is guard for s in body) and _agreeable(guard.test):
+        if self._reached_alike(guard, container, figures) and _agreeable(guard.test):
             self._done.add(id(guard))
             self.ctx.plan.replace(guard.test, lambda test: test.visit(_MeanOverRanks(derived, self)))
             kept = self._kept_figures(guard, derived)
@@ -84,6 +85,19 @@ class PaddleSaveCondition(Rule):
                     "computed by each rank from its own data: ranks can disagree, and the ones that save wait for "
                     "the others (the job hangs)", f"decide on every rank alike: compute the test from "
                     f"{self.ctx.alias}.all_reduce({value}) (the mean over the ranks) in an `if` every rank reaches")
+
+    def _reached_alike(self, guard: cst.If, container: cst.CSTNode, figures: set[str]) -> bool:
+        """``guard`` sits in the loop's body, or in ``if``s there whose tests read none of this rank's figures
+        (``if steps % save_steps == 0:`` around ``if current_acc > best_acc:``, a VGG trainer of issue 19's round P):
+        every rank reaches it alike, so its all-reduce is met by all."""
+        for ancestor in self.q.ancestors(guard):
+            if ancestor is container:
+                return True
+            if isinstance(ancestor, cst.If) and self.q.names_in(ancestor.test) & figures:
+                return False
+            if not isinstance(ancestor, (cst.If, cst.IndentedBlock, cst.Else)):
+                return False
+        return False
 
     def _kept_figures(self, guard: cst.If, derived: set[str]) -> list[cst.Assign]:
         """``self.best = loss.item()`` in the body of ``if loss.item() < self.best:``: an assignment to what the test
