@@ -4,6 +4,10 @@
   ``if steps % save_steps == 0:``. Only an ``if`` directly in the loop's body had its test all-reduced; the nested
   one was reported as an error and left so, and the ranks could part there (one waits in the save for the other).
   An ``if`` nested in tests that read no per-rank figure is reached by every rank alike: it is rewritten too.
+- the autograd guide trains one step on one random sample, broadcast to every rank: nothing can be split, and the
+  conversion's summary says "no training data was sharded". verify still called it "diverges" with a cause that
+  listed ways to lose a split, as if the conversion had failed to make one. It now quotes the conversion, as it did
+  for a loop's hand-cut-batches note (whose wording no test held).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import textwrap
 
 import pytest
 from rule_testing import convert_text, findings_of
-from verify_cases import explain, verify
+from verify_cases import causes, explain, verify
 
 NESTED_BEST_SAVE = """\
     import numpy as np
@@ -70,3 +74,47 @@ def test_the_nested_best_save_trains_and_saves_like_one_process(tmp_path, monkey
     assert data["verdict"] == "equivalent", explain(data)
     check = data["comparison"]["data"]
     assert check["observed"] == check["split"] == 6, explain(data)
+
+
+ONE_SAMPLE = """\
+    import paddle
+
+    net = paddle.nn.Sequential(paddle.nn.Linear(8, 16), paddle.nn.ReLU(), paddle.nn.Linear(16, 3))
+    x = paddle.rand([1, 8])
+    label = paddle.randint(0, 3, [1, 1])
+    loss = paddle.nn.functional.cross_entropy(net(x), label)
+    loss.backward()
+    opt = paddle.optimizer.Adam(parameters=net.parameters())
+    opt.step()
+    print(float(loss))
+    """
+
+HAND_CUT = """\
+    import numpy as np
+    import paddle
+
+    rows = np.arange(64, dtype="float32").reshape(16, 4) / 64
+    net = paddle.nn.Linear(4, 1)
+    opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
+    for start in range(0, 16, 4):
+        x = paddle.to_tensor(rows[start:start + 4])
+        loss = (net(x) - x.sum(1, keepdim=True)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+    """
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("source", "steps", "quoted"), [
+    (ONE_SAMPLE, 1, "(in its summary: no training data was sharded)"),
+    (HAND_CUT, 3, "(train.py:7, paddle-manual-batching)"),
+], ids=["one-broadcast-sample", "hand-cut-batches"])
+def test_verify_quotes_the_conversion_where_it_said_nothing_is_split(source, steps, quoted, tmp_path, monkeypatch):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(source))
+    data = verify(tmp_path, monkeypatch, script, steps=steps)
+    assert data["verdict"] == "diverges" and causes(data) == ["not-sharded"], explain(data)
+    assert data["headline"].endswith("as the conversion says (no speed-up, not a fault)"), explain(data)
+    [cause] = data["comparison"]["causes"]
+    assert cause["message"].startswith(f"as the conversion says {quoted}, every rank reads all the data"), explain(data)
