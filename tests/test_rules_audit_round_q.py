@@ -8,6 +8,12 @@
   conversion's summary says "no training data was sharded". verify still called it "diverges" with a cause that
   listed ways to lose a split, as if the conversion had failed to make one. It now quotes the conversion, as it did
   for a loop's hand-cut-batches note (whose wording no test held).
+- a tabular Transformer's trainer trained its Layer with a plain loop, then built ``paddle.Model(model)`` only to
+  save it. Any ``paddle.Model`` over the network made the plain loop's optimizer "trained outside the paddle.Model":
+  declined, with a fix to place before the optimizer that could not be followed, while the loader was sharded and
+  each rank trained its half alone. A ``paddle.Model`` built after the loop's last step is no obstacle: the Layer is
+  wrapped where it is built, and the ``paddle.Model`` gets the Layer itself (``dp.unwrap``), whose own ``prepare``
+  wraps it for a later ``fit``.
 """
 
 from __future__ import annotations
@@ -118,3 +124,50 @@ def test_verify_quotes_the_conversion_where_it_said_nothing_is_split(source, ste
     assert data["headline"].endswith("as the conversion says (no speed-up, not a fault)"), explain(data)
     [cause] = data["comparison"]["causes"]
     assert cause["message"].startswith(f"as the conversion says {quoted}, every rank reads all the data"), explain(data)
+
+
+MODEL_AFTER_THE_LOOP = """\
+    import numpy as np
+    import paddle
+
+    draw = np.random.RandomState(0)
+    inputs = draw.rand(64, 4).astype("float32")
+    data = paddle.io.TensorDataset([paddle.to_tensor(inputs), paddle.to_tensor(inputs.sum(1, keepdims=True))])
+    loader = paddle.io.DataLoader(data, batch_size=8)
+    paddle.seed(1)
+    model = paddle.nn.Sequential(paddle.nn.Linear(4, 8), paddle.nn.ReLU(), paddle.nn.Linear(8, 1))
+    opt = paddle.optimizer.SGD(learning_rate=0.05, parameters=model.parameters())
+    for x, y in loader:
+        loss = paddle.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+    high = paddle.Model(model)
+    high.prepare(paddle.optimizer.SGD(learning_rate=0.05, parameters=model.parameters()), paddle.nn.MSELoss())
+    high.fit(data, batch_size=8, epochs=1, verbose=0)
+    high.save("final")
+    """
+
+
+def test_a_layer_trained_by_a_loop_before_its_paddle_model_is_built_is_wrapped_where_it_is_built():
+    result = convert_text(MODEL_AFTER_THE_LOOP)
+    code = result.output.decode()
+    assert "model = dp.distributed_model(model)\nopt = dp.distributed_optimizer(" in code, code
+    assert "high = paddle.Model(dp.unwrap(model))\n" in code
+    assert not findings_of(result, "paddle-distributed-model", "declined")
+    changes = findings_of(result, "paddle-distributed-model", "change")
+    assert [c.line for c in changes] == [9, 16] and "built after the plain loop" in changes[1].message
+    built_first = MODEL_AFTER_THE_LOOP.replace("    high = paddle.Model(model)\n", "").replace(
+        "    paddle.seed(1)\n", "    paddle.seed(1)\n    high = None\n").replace(
+        "    opt = paddle.optimizer", "    high = paddle.Model(model)\n    opt = paddle.optimizer", 1)
+    assert "dp.unwrap" not in convert_text(built_first).output.decode()  # built before the loop: as before
+
+
+@pytest.mark.slow
+def test_the_loop_then_the_paddle_model_built_after_it_train_like_one_process(tmp_path, monkeypatch):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(MODEL_AFTER_THE_LOOP))
+    data = verify(tmp_path, monkeypatch, script, steps=14)  # 8 steps of the loop, 6 of fit
+    assert data["verdict"] == "equivalent", explain(data)
+    check = data["comparison"]["data"]
+    assert check["observed"] == check["split"] == 14, explain(data)
