@@ -9,7 +9,8 @@ shuffled pass already advances the sampler's epoch by itself (``np.random.Random
 an explicit ``set_epoch(e)`` still wins.
 
 Evaluation loaders get :class:`UnpaddedDistributedBatchSampler`: positions ``r, r+N, ...`` of the index
-list, never a sample twice, so sums all-reduced afterwards are exact. The rebuilt DataLoader keeps
+list, never a sample twice, so sums all-reduced afterwards are exact; with ``drop_last``, over the part of the
+data set one process evaluates (:func:`_evaluated_part`). The rebuilt DataLoader keeps
 collate_fn, workers, return_list, shared memory, buffering, timeout and worker_init_fn.
 """
 
@@ -67,9 +68,19 @@ def _settings(loader: DataLoader) -> tuple[int, bool, bool]:
     return sampler.batch_size, isinstance(sampler.sampler, RandomSampler), sampler.drop_last
 
 
-def _rebuild(loader: DataLoader, batch_sampler) -> DataLoader:
+def _evaluated_part(dataset, batch_size: int):
+    """An evaluation loader with ``drop_last=True`` reads the first ``len // batch_size`` batches' worth of samples:
+    that part of the data set, which the ranks then split without dropping more. Each rank dropping its own last
+    batch evaluated other samples than one process did, and ``paddle.Model``, whose gathered metrics trim the
+    padding by counting up to ``len(dataset)``, carried the count into the next evaluation ("Eval samples: 16", then
+    4: issue 19's round Q). Shuffled, one process leaves out other samples each pass; here always the last ones."""
+    kept = len(dataset) // batch_size * batch_size
+    return dataset if kept == len(dataset) else Subset(dataset, list(range(kept)))
+
+
+def _rebuild(loader: DataLoader, batch_sampler, dataset=None) -> DataLoader:
     return DataLoader(
-        loader.dataset, feed_list=loader.feed_list, places=loader.places, return_list=loader.return_list,
+        loader.dataset if dataset is None else dataset, feed_list=loader.feed_list, places=loader.places, return_list=loader.return_list,
         batch_sampler=batch_sampler, collate_fn=loader.collate_fn, num_workers=loader.num_workers,
         use_buffer_reader=loader.use_buffer_reader, reader_buffer_size=loader.reader_buffer_size,
         prefetch_factor=loader.prefetch_factor, use_shared_memory=loader.use_shared_memory,
@@ -97,9 +108,13 @@ def distributed_loader_for(obj, rank: int, world_size: int, *, evaluation: bool 
         if isinstance(obj.dataset, IterableDataset):
             raise TypeError(_ITERABLE_MESSAGE)
         batch_size, shuffle, drop_last = _settings(obj)
-        kind = UnpaddedDistributedBatchSampler if evaluation else DistributedBatchSampler
-        sampler = kind(obj.dataset, batch_size, num_replicas=world_size, rank=rank, shuffle=shuffle,
-                       drop_last=drop_last)
+        if evaluation:
+            dataset = _evaluated_part(obj.dataset, batch_size) if drop_last else obj.dataset
+            sampler = UnpaddedDistributedBatchSampler(dataset, batch_size, num_replicas=world_size, rank=rank,
+                                                      shuffle=shuffle, drop_last=False)
+            return _rebuild(obj, sampler, dataset)
+        sampler = DistributedBatchSampler(obj.dataset, batch_size, num_replicas=world_size, rank=rank, shuffle=shuffle,
+                                          drop_last=drop_last)
         return _rebuild(obj, sampler)
     if isinstance(obj, IterableDataset):
         raise TypeError(_ITERABLE_MESSAGE)

@@ -190,6 +190,22 @@ def test_evaluation_shards_see_every_sample_exactly_once():
     assert shards[0] == [[0, 2], [4, 6], [8, 10]] and shards[1] == [[1, 3], [5, 7], [9]]
 
 
+def test_evaluation_shards_with_drop_last_split_the_samples_one_process_evaluates():
+    """drop_last=True: 20 samples in batches of 8 are 16 evaluated (0..15) on one process. Each rank dropping its own
+    last batch evaluated 0, 2, ..., 14 and 1, 3, ..., 15 only by luck of the sizes, and paddle.Model's gathered count
+    (up to len(dataset), 20) never closed (round Q: "Eval samples: 16", then 4)."""
+    single = batches(paddle.io.DataLoader(dataset(21), batch_size=8, drop_last=True))
+    loaders = [_paddle_data.distributed_loader_for(paddle.io.DataLoader(dataset(21), batch_size=8, drop_last=True), r, 2,
+                                                   evaluation=True) for r in (0, 1)]
+    shards = [batches(loader) for loader in loaders]
+    assert sorted(sum(shards[0] + shards[1], [])) == sorted(sum(single, [])) == list(range(16))
+    assert shards[0] == [[0, 2, 4, 6, 8, 10, 12, 14]] and shards[1] == [[1, 3, 5, 7, 9, 11, 13, 15]]
+    assert [len(loader.dataset) for loader in loaders] == [16, 16]  # what paddle.Model counts the gathered samples to
+    whole = _paddle_data.distributed_loader_for(paddle.io.DataLoader(dataset(16), batch_size=8, drop_last=True), 0, 2,
+                                                evaluation=True)
+    assert len(whole.dataset) == 16 and batches(whole) == [[0, 2, 4, 6, 8, 10, 12, 14]]
+
+
 def test_a_custom_batch_sampler_is_refused_with_the_fix():
     data = dataset()
     loader = paddle.io.DataLoader(data, batch_sampler=paddle.io.BatchSampler(

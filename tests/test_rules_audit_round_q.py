@@ -14,6 +14,15 @@
   each rank trained its half alone. A ``paddle.Model`` built after the loop's last step is no obstacle: the Layer is
   wrapped where it is built, and the ``paddle.Model`` gets the Layer itself (``dp.unwrap``), whose own ``prepare``
   wraps it for a later ``fit``.
+- an LSTM regression on an npz called ``fit(train_ds, test_ds, 256, ...)``: ``--batch global`` took the second
+  positional argument (the evaluation data) for the batch size, and every verify of it failed on both ranks.
+- an IMDB GRU script fitted with ``save_dir`` and then loaded ``save_dir/final``: rank 0 writes it at the end of
+  ``fit``, the other rank went on at once and failed to load it (or loaded an earlier run's). The ranks now wait
+  after a ``fit`` that writes checkpoints, as after ``save``.
+- its evaluation DataLoader had ``drop_last=True``: sharded for ``paddle.Model``, whose gathered count runs to
+  ``len(dataset)``, later evaluations covered fewer samples ("Eval samples: 128", then 32) while the report said the
+  metrics were the original's. It is now a note with the fix; and an evaluation loader a loop reads
+  (``evaluation=True``) splits the samples one process evaluates (runtime test in ``paddle_cases_single.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import textwrap
 
 import pytest
 from rule_testing import convert_text, findings_of
+from test_verify_paddle_real import _launch
 from verify_cases import causes, explain, verify
 
 NESTED_BEST_SAVE = """\
@@ -171,3 +181,61 @@ def test_the_loop_then_the_paddle_model_built_after_it_train_like_one_process(tm
     assert data["verdict"] == "equivalent", explain(data)
     check = data["comparison"]["data"]
     assert check["observed"] == check["split"] == 14, explain(data)
+
+
+FIT_WITH_A_CHECKPOINT = """\
+    import numpy as np
+    import paddle
+
+    draw = np.random.RandomState(0)
+    inputs = draw.rand(64, 4).astype("float32")
+    train_ds = paddle.io.TensorDataset([paddle.to_tensor(inputs), paddle.to_tensor(inputs.sum(1, keepdims=True))])
+    test_ds = paddle.io.TensorDataset([paddle.to_tensor(inputs[:16]), paddle.to_tensor(inputs[:16].sum(1, keepdims=True))])
+    model = paddle.Model(paddle.nn.Linear(4, 1))
+    model.prepare(paddle.optimizer.SGD(learning_rate=0.05, parameters=model.parameters()), paddle.nn.MSELoss())
+    model.fit(train_ds, test_ds, 8, epochs=2, verbose=0, save_dir="ckpt")
+    model.load("ckpt/final")
+    print(model.evaluate(test_ds, batch_size=8, verbose=0))
+    """
+
+
+def test_fit_s_positional_batch_size_is_the_third_argument():
+    code = convert_text(FIT_WITH_A_CHECKPOINT, batch="global").output.decode()
+    assert "model.fit(train_ds, test_ds, dp.per_rank_batch_size(8), epochs=2" in code, code
+
+
+def test_the_ranks_wait_after_a_fit_that_writes_checkpoints():
+    result = convert_text(FIT_WITH_A_CHECKPOINT)
+    code = result.output.decode()
+    assert 'save_dir="ckpt")\ndp.barrier()\nmodel.load("ckpt/final")\n' in code, code
+    [change] = [f for f in findings_of(result, "paddle-high-level-api", "change") if "fit(...)" in f.message]
+    assert change.line == 10 and "with save_dir" in change.message
+    callback = FIT_WITH_A_CHECKPOINT.replace(', save_dir="ckpt")', ', callbacks=[paddle.callbacks.ModelCheckpoint(1, "ckpt")])')
+    assert ')])\ndp.barrier()\nmodel.load(' in convert_text(callback).output.decode()
+    assert "dp.barrier()" not in convert_text(FIT_WITH_A_CHECKPOINT.replace(', save_dir="ckpt"', "").replace(
+        '    model.load("ckpt/final")\n', "")).output.decode()
+
+
+@pytest.mark.slow
+def test_the_checkpoint_fit_wrote_is_loaded_by_every_rank_once_it_is_there(tmp_path):
+    (tmp_path / "train.py").write_bytes(convert_text(FIT_WITH_A_CHECKPOINT).output)
+    for _ in range(2):  # the second run finds the first run's checkpoint: it must not load that one early either
+        job = _launch("train.py", [], tmp_path)
+        assert "finished" in job.stderr + job.stdout
+
+
+def test_an_evaluation_loader_with_drop_last_that_a_paddle_model_gathers_is_noted_with_the_fix():
+    source = """\
+        import paddle
+        data = paddle.io.TensorDataset([paddle.rand([20, 4]), paddle.randint(0, 2, [20, 1])])
+        train_loader = paddle.io.DataLoader(data, batch_size=8, shuffle=True, drop_last=True)
+        eval_loader = paddle.io.DataLoader(data, batch_size=8, drop_last=True)
+        model = paddle.Model(paddle.nn.Linear(4, 2))
+        model.prepare(paddle.optimizer.SGD(parameters=model.parameters()), paddle.nn.CrossEntropyLoss(), paddle.metric.Accuracy())
+        model.fit(train_loader, eval_loader, epochs=3)
+        """
+    result = convert_text(source)
+    [note] = [f for f in findings_of(result, "paddle-shard-training-loader", "note") if f.line == 4]
+    assert "the count carries into the next evaluation" in note.message and note.fix.startswith("drop_last=False")
+    kept = convert_text(source.replace("batch_size=8, drop_last=True)", "batch_size=8)"))
+    assert [f.line for f in findings_of(kept, "paddle-shard-training-loader", "change")] == [3, 4]

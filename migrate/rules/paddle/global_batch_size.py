@@ -44,7 +44,7 @@ class PaddleGlobalBatchSize(GlobalBatchSize):
                 data.value, self.vocabulary.data_loaders
             ) or any(high_level.is_argument(loader, data.value) for loader in loaders):
                 continue  # a DataLoader (also one a local function returns): its own batch size; fit's is not used
-            size = argument(fit.call, 1, "batch_size")
+            size = argument(fit.call, 2, "batch_size")  # fit(train_data, eval_data, batch_size, ...)
             if size is None:
                 self.report(fit.call, "declined", "--batch global: this fit(...) uses the default batch size of 1",
                             "pass batch_size=dp.per_rank_batch_size(B), B being the global batch")

@@ -12,6 +12,7 @@ from ...codemod.rule import Rule
 from ._analyses import PREDICTION, HighLevelModels
 
 SUMMARIES = frozenset({"paddle.summary", "paddle.hapi.summary", "paddle.hapi.model_summary.summary"})
+CHECKPOINTS = frozenset({"paddle.callbacks.ModelCheckpoint", "paddle.hapi.callbacks.ModelCheckpoint"})
 
 
 class PaddleHighLevelApi(Rule):
@@ -22,7 +23,8 @@ class PaddleHighLevelApi(Rule):
     and ``save`` writes on local rank 0 only, but returns on the other ranks at once. So the network and
     its optimizer are not wrapped again (``paddle-distributed-model``/``-optimizer``), DataLoaders handed
     to ``fit`` are sharded (``paddle-shard-training-loader``), ``--batch global`` divides ``fit``'s
-    ``batch_size`` (``paddle-global-batch-size``), and a ``load`` of what the script saved waits for it.
+    ``batch_size`` (``paddle-global-batch-size``), and the ranks wait after a ``save`` (or a ``fit`` writing its
+    checkpoints: ``save_dir``, ``ModelCheckpoint``) and before a later ``load`` of what the script saved.
     Example:  model.save("ckpt/final")              model.save("ckpt/final")
               model.load("ckpt/final")      ->      dp.barrier()
                                                     model.load("ckpt/final")
@@ -60,19 +62,21 @@ class PaddleHighLevelApi(Rule):
                     self.ctx.plan.replace(layer, lambda updated: updated.with_changes(
                         value=self.dp_call("unwrap", updated.value)))
                 self._main_process_only(call)
-        saves = [c for c in high_level.of("save")]
+        saves = [c for c in high_level.of("save")] + [c for c in high_level.of("fit") if self._writes_checkpoints(c.call)]
         barriered = set()
         for save in saves:
             statement = self.q.statement_of(save.call)
+            what = f"{save.model}.{save.method}(...)" + (" with save_dir" if save.method == "fit" else "")
             if (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-                    and isinstance(statement.body[0], cst.Expr) and not self._conditional(statement)):
+                    and isinstance(statement.body[0], (cst.Expr, cst.Assign)) and not self._conditional(statement)):
                 self.ctx.plan.insert_after(statement, self.statement("{dp}.barrier()\n"))
                 barriered.add(id(save.call))
-                self.report(save.call, "change", f"dp.barrier() after {save.model}.save(...): paddle.Model writes on "
+                self.report(save.call, "change", f"dp.barrier() after {what}: paddle.Model writes its files on "
                             "(local) rank 0 only and returns at once on the others, which then wait until the files "
-                            "exist (a report written into the folder it makes failed on rank 1: issue 19 audit)")
+                            "exist (a report written into the folder it makes failed on rank 1, and a reload of fit's "
+                            "final checkpoint read a missing or an earlier run's file: issue 19 audits)")
                 continue
-            self.report(save.call, "note", f"{save.model}.save(...) writes on (local) rank 0 only, as paddle.Model "
+            self.report(save.call, "note", f"{what} writes on (local) rank 0 only, as paddle.Model "
                         "does under a launcher; the other ranks do not wait for it")
         for found in high_level.of("evaluate"):
             self.report(found.call, "note", f"{found.model}.evaluate(...): the loss it returns is this rank's share "
@@ -116,6 +120,15 @@ class PaddleHighLevelApi(Rule):
             self.ctx.plan.insert_before(statement, self.statement("{dp}.barrier()\n"))
             self.report(load.call, "change", f"dp.barrier() before {load.model}.load(...): rank 0 writes the "
                         "checkpoint alone, the others wait until it is complete")
+
+    def _writes_checkpoints(self, fit: cst.Call) -> bool:
+        """``fit(..., save_dir="ckpt")`` (or a ``ModelCheckpoint`` callback): rank 0 writes ``ckpt/final`` at its end,
+        which the script may load next (an IMDB GRU script, issue 19's round Q: rank 1 failed to load it, or loaded an
+        earlier run's)."""
+        save_dir = argument(fit, 6, "save_dir")  # fit(train_data, eval_data, batch_size, epochs, eval_freq, log_freq, save_dir
+        if save_dir is not None and not (isinstance(save_dir.value, cst.Name) and save_dir.value.value == "None"):
+            return True
+        return any(self.q.is_call_to(c, CHECKPOINTS) for c in self.q.index.of_type(fit, cst.Call))
 
     def _conditional(self, statement: cst.CSTNode) -> bool:
         """Under an ``if``/``while`` of its function: its test may differ between the ranks (``evaluate``'s loss is

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import libcst as cst
+
+from ...codemod.calls import argument
 from ...codemod.loaders import LoaderFlow, own_sampling
 from ...codemod.rule import Rule
 from ..common.evaluated_share import evaluated_share_note, imported_share_notes, unaveraged_note
@@ -35,6 +38,15 @@ class PaddleShardTrainingLoader(Rule):
             fitted = loader.role != "train" and high_level.reads(loader, TRAINING_DATA)  # (a peeking loop: "eval")
             if evaluated_by_a_model(self.ctx, loader):
                 self.ctx.plan.replace(loader.call, lambda updated: self.dp_call("distributed_loader", updated))
+                if _drops_last(loader.call):
+                    self.report(loader.call, "note", f"DataLoader{_named(loader.name)} evaluated by a paddle.Model, "
+                                "with drop_last: sharded as paddle.Model shards a Dataset (dp.distributed_loader, "
+                                "DistributedBatchSampler), it gathers every rank's outputs and counts them up to "
+                                "len(dataset), which the dropped batches never reach: the count carries into the next "
+                                "evaluation, whose metrics then cover fewer samples ('Eval samples: 16', then 4; the "
+                                "training is not affected)", "drop_last=False on this evaluation loader (paddle.Model "
+                                "never drops samples of a Dataset it evaluates)")
+                    continue
                 self.report(loader.call, "change", f"DataLoader{_named(loader.name)} evaluated by a paddle.Model: "
                             "sharded as paddle.Model shards a Dataset (dp.distributed_loader, DistributedBatchSampler): "
                             "it gathers every rank's outputs for the metrics and drops the padding, so they are the "
@@ -79,3 +91,9 @@ class PaddleShardTrainingLoader(Rule):
 
 def _named(name: str | None) -> str:
     return f" `{name}`" if name else ""
+
+
+def _drops_last(call: cst.Call) -> bool:
+    """``DataLoader(..., drop_last=True)`` (or any value but a literal False)."""
+    arg = argument(call, 7, "drop_last")  # DataLoader(dataset, ..., shuffle, drop_last)
+    return arg is not None and not (isinstance(arg.value, cst.Name) and arg.value.value == "False")
