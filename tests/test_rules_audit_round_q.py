@@ -23,6 +23,9 @@
   ``len(dataset)``, later evaluations covered fewer samples ("Eval samples: 128", then 32) while the report said the
   metrics were the original's. It is now a note with the fix; and an evaluation loader a loop reads
   (``evaluation=True``) splits the samples one process evaluates (runtime test in ``paddle_cases_single.py``).
+- outputs left on every rank: a beam surrogate's ``fig.savefig`` and ``np.savez``, a GAN's ``cv2.imwrite`` of its
+  sample grid (a Paddle vocabulary had no image writers), and a ``print`` followed by a ``try:`` whose ``except``
+  exits, taken for an error message.
 """
 
 from __future__ import annotations
@@ -239,3 +242,46 @@ def test_an_evaluation_loader_with_drop_last_that_a_paddle_model_gathers_is_note
     assert "the count carries into the next evaluation" in note.message and note.fix.startswith("drop_last=False")
     kept = convert_text(source.replace("batch_size=8, drop_last=True)", "batch_size=8)"))
     assert [f.line for f in findings_of(kept, "paddle-shard-training-loader", "change")] == [3, 4]
+
+
+def test_figures_arrays_and_images_are_written_by_the_main_process():
+    code = convert_text("""\
+        import cv2
+        import matplotlib.pyplot as plt
+        import numpy as np
+        import paddle
+
+        net = paddle.nn.Linear(2, 1)
+        opt = paddle.optimizer.SGD(parameters=net.parameters())
+        for step in range(3):
+            net(paddle.ones([4, 2])).mean().backward()
+            opt.step()
+            opt.clear_grad()
+        fig, ax = plt.subplots()
+        ax.plot([1, 2])
+        fig.savefig("loss.png")
+        np.savez("weights.npz", w=net.weight.numpy())
+        np.savez_compressed("small.npz", w=net.weight.numpy())
+        cv2.imwrite("grid.png", np.zeros((4, 4), "uint8"))
+        """).output.decode()
+    for line in ('fig.savefig("loss.png")', 'np.savez("weights.npz"', 'np.savez_compressed("small.npz"',
+                 'cv2.imwrite("grid.png"'):
+        assert f"if dp.is_main_process():\n    {line}" in code, (line, code)
+
+
+def test_a_print_before_a_try_whose_except_exits_is_printed_once():
+    code = convert_text("""\
+        import sys
+        import paddle
+
+        print("Starting to load data...")
+        try:
+            rows = open("rows.csv").read()
+        except OSError:
+            sys.exit(1)
+        net = paddle.nn.Linear(2, 1)
+        opt = paddle.optimizer.SGD(parameters=net.parameters())
+        net(paddle.ones([4, 2])).mean().backward()
+        opt.step()
+        """).output.decode()
+    assert 'dp.print("Starting to load data...")' in code, code

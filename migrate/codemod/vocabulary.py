@@ -20,6 +20,13 @@ RUNTIME_COLLECTIVES = (
 RUNTIME_RANK_CALLS = ("rank", "local_rank", "is_main_process", "role")
 
 
+# image files any framework's script writes with a general-purpose library: sample grids, plots of predictions
+COMMON_IMAGE_WRITERS = frozenset({
+    *(f"imageio.{v}{n}" for v in ("", "v2.", "v3.") for n in ("imwrite", "mimwrite", "mimsave", "imsave")),
+    "cv2.imwrite", "matplotlib.pyplot.imsave",
+})
+
+
 @dataclasses.dataclass(frozen=True)
 class Vocabulary:
     """One framework's API, as the codemod reads it."""

@@ -20,7 +20,8 @@ _FILE_OUTPUTS = {
     # removals and renames: the second rank to run one fails (the file is gone): clean-up after a save, old checkpoints
     "os.remove", "os.unlink", "os.rmdir", "os.rename", "os.replace", "shutil.rmtree",
     "torch.onnx.export", "shutil.copyfile", "shutil.copy", "shutil.copy2", "shutil.move", "sys.stdout.write",
-    "sys.stderr.write", "json.dump", "pickle.dump", "numpy.save", "numpy.savetxt", "matplotlib.pyplot.savefig",
+    "sys.stderr.write", "json.dump", "pickle.dump", "numpy.save", "numpy.savetxt", "numpy.savez", "numpy.savez_compressed",
+    "matplotlib.pyplot.savefig",
 }
 _MODEL_EXPORTS = {"torch.onnx.export"}
 _PROGRESS_FUNCTIONS = {"progress_bar"}  # the CIFAR trainers' own helper, a print in disguise
@@ -112,7 +113,8 @@ class MainProcessOutput(Rule):
             self.report(node, "change", "progress bar shown by the main process only (disable=not dp.is_main_process())")
         elif self.q.is_call_to(node, self.vocabulary.image_writers):
             self._once(node, "image written")
-        elif self.q.is_call_to(node, _FILE_OUTPUTS):
+        elif self.q.is_call_to(node, _FILE_OUTPUTS) or (
+                isinstance(node.func, cst.Attribute) and node.func.attr.value == "savefig"):  # fig.savefig: matplotlib's
             self._once(node, f"{self.code(node.func)}(...) run")
         elif isinstance(node.func, cst.Name) and node.func.value in _PROGRESS_FUNCTIONS:
             self._once(node, f"{node.func.value}(...) shown")

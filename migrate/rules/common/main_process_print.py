@@ -60,6 +60,8 @@ class MainProcessPrint(Rule):
         if not following:
             return False
         after = following[0]
-        if m.matches(after, m.SimpleStatementLine(body=[m.Raise()])):
+        if not isinstance(after, cst.SimpleStatementLine):
+            return False  # a `try:` whose `except` exits is no error message of this print's (round Q: every rank
+        if m.matches(after, m.SimpleStatementLine(body=[m.Raise()])):  # printed "Starting to load data...")
             return True
         return any(self.q.is_call_to(c, _EXITS) for c in self.q.findall(after, m.Call()))

@@ -12,7 +12,7 @@ batch size) are subclassed from there, limited to dygraph files.
 
 from __future__ import annotations
 
-from ...codemod.vocabulary import Vocabulary, matches
+from ...codemod.vocabulary import COMMON_IMAGE_WRITERS, Vocabulary, matches
 from ..common import (
     BatchNormStatistics,
     DownloadMainProcessFirst,
@@ -132,6 +132,7 @@ VOCABULARY = _PaddleVocabulary(
     distributed_description="paddle.distributed (fleet, init_parallel_env, collectives) / paddle.DataParallel / "
     f"DistributedBatchSampler / {LEGACY_DISTRIBUTED_DESCRIPTION}",
     multiprocessing_prefixes=(f"{_DISTRIBUTED}.spawn",),
+    image_writers=COMMON_IMAGE_WRITERS,  # a GAN's sample grid (cv2.imwrite) written by every rank otherwise: round Q
     multiprocessing_description="paddle.distributed.spawn",
     # `model.fit(...)` of the high-level API trains as a backward pass does: a script calling it trains
     backward_methods=("backward", "fit", "train_batch"),

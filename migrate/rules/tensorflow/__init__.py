@@ -11,7 +11,7 @@ live in ``rules/common`` and read this file's :data:`VOCABULARY`.
 
 from __future__ import annotations
 
-from ...codemod.vocabulary import Vocabulary
+from ...codemod.vocabulary import COMMON_IMAGE_WRITERS, Vocabulary
 from ..common import (
     BatchNormStatistics,
     DownloadMainProcessFirst,
@@ -89,8 +89,7 @@ VOCABULARY = Vocabulary(
     image_writers=frozenset({
         *(f"{p}.utils.{n}" for p in KERAS_PACKAGES for n in ("plot_model", "save_img")),
         *(f"{p}.preprocessing.image.save_img" for p in KERAS_PACKAGES),
-        *(f"imageio.{v}{n}" for v in ("", "v2.", "v3.") for n in ("imwrite", "mimwrite", "mimsave", "imsave")),
-        "cv2.imwrite", "matplotlib.pyplot.imsave",
+        *COMMON_IMAGE_WRITERS,
     }),
     download_prefixes=(
         *(f"{p}.utils.get_file" for p in KERAS_PACKAGES),

@@ -10,7 +10,7 @@ it here.
 
 from __future__ import annotations
 
-from ...codemod.vocabulary import Vocabulary
+from ...codemod.vocabulary import COMMON_IMAGE_WRITERS, Vocabulary
 from ..common import (
     BatchNormStatistics,
     DownloadMainProcessFirst,
@@ -95,7 +95,7 @@ VOCABULARY = Vocabulary(
     object_prefixes=("torch.nn", "torch.utils", "torch.optim", "torch.distributions", "torchvision.datasets",
                      "torchvision.models"),
     save_calls=frozenset({"torch.save"}),
-    image_writers=frozenset({"torchvision.utils.save_image"}),
+    image_writers=frozenset({"torchvision.utils.save_image", *COMMON_IMAGE_WRITERS}),
     download_prefixes=(
         "torch.hub.load_state_dict_from_url", "torch.hub.download_url_to_file", "torch.hub.load",
         "torch.utils.model_zoo.load_url", "torchvision.datasets.utils.download_url",
