@@ -26,6 +26,9 @@
 - outputs left on every rank: a beam surrogate's ``fig.savefig`` and ``np.savez``, a GAN's ``cv2.imwrite`` of its
   sample grid (a Paddle vocabulary had no image writers), and a ``print`` followed by a ``try:`` whose ``except``
   exits, taken for an error message.
+- ``dpmigrate verify`` left a 3-step checkpoint in a beam surrogate's ``outputs/pinn_results``: its scratch folders
+  linked the user's folders whole, and the original ran where it is (``__file__`` paths in the user's tree). Small
+  folders are now made anew with their entries linked, and the original runs as a copy placed like the conversion.
 """
 
 from __future__ import annotations
@@ -285,3 +288,37 @@ def test_a_print_before_a_try_whose_except_exits_is_printed_once():
         opt.step()
         """).output.decode()
     assert 'dp.print("Starting to load data...")' in code, code
+
+
+WRITES_INTO_ITS_FOLDERS = """\
+    import os
+
+    import numpy as np
+    import paddle
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rows = np.arange(32, dtype="float32").reshape(8, 4) / 32
+    loader = paddle.io.DataLoader(paddle.io.TensorDataset([paddle.to_tensor(rows)]), batch_size=4)
+    net = paddle.nn.Linear(4, 1)
+    opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
+    for (x,) in loader:
+        net(x).mean().backward()
+        opt.step()
+        opt.clear_grad()
+    paddle.save(net.state_dict(), "outputs/by_cwd.pdparams")
+    paddle.save(net.state_dict(), os.path.join(here, "outputs", "by_file.pdparams"))
+    paddle.save(net.state_dict(), os.path.join(here, "beside.pdparams"))
+    """
+
+
+@pytest.mark.slow
+def test_verify_leaves_no_new_file_in_the_users_folders(tmp_path, monkeypatch):
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "kept.txt").write_text("the user's")
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(WRITES_INTO_ITS_FOLDERS))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    data = verify(tmp_path, monkeypatch, script, steps=2)
+    assert data["verdict"] == "equivalent", explain(data)
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.name != "verify.json")
+    assert after == before and (tmp_path / "outputs" / "kept.txt").read_text() == "the user's"

@@ -129,11 +129,13 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
     if against is None:
         converted, o.conversion = _convert(script, work, o.framework, conversion_flags)
     else:
-        converted, o.conversion = against.resolve(), f"checked as given ({against})"
+        converted = runs.place_copy(against.resolve(), work, "against", runs.levels_above(against.resolve().parent))
+        o.conversion = f"checked as given ({against})"
     here = Path.cwd()
     single_out, job_out = dumps.private_folder(work / "single"), dumps.private_folder(work / "job")
-    original = runs.run(runs.original_argv(script, args), runs.scratch_folder(work, "original-cwd", here),
-                        runs.environment(single_out, script, o.steps, o.framework), work / "original.log", timeout_s)
+    placed = runs.place_copy(script, work, "original", runs.levels_above(script.parent))
+    original = runs.run(runs.original_argv(placed, args), runs.scratch_folder(work, "original-cwd", here),
+                        runs.environment(single_out, placed, o.steps, o.framework), work / "original.log", timeout_s)
     o.original_seconds = original.seconds
     if original.returncode != 0:
         raise CannotRun(_failed("the original", original, timeout_s) + _paths_hint(original), original.tail())

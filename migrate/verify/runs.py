@@ -6,7 +6,8 @@ resumed by the second) and none of the user's folders gets new files. The scratc
 entry of the folder ``dpmigrate verify`` was started in, and sits in one that links to every entry of that
 folder's parent, so relative paths to data keep working (``data/``, ``../data/``).
 
-- the original: ``python SCRIPT ARGS``, where the script is, with no launcher in its environment;
+- the original: ``python SCRIPT ARGS``, a copy placed in the private folder as the conversion is, with no launcher
+  in its environment;
 - the conversion: ``python -m dpmigrate.launch -n N CONVERTED ARGS`` (the real launcher of its framework).
 
 A converted copy lives in the private folder; :func:`place_beside` links the rest of the script's own
@@ -21,6 +22,7 @@ import importlib.util
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -120,7 +122,15 @@ def place_beside(converted_root: Path, original_folder: Path) -> None:
     _link_entries(original_folder, converted_root, skip=set())
 
 
-def _link_entries(source: Path, target: Path, skip: set[str]) -> None:
+MIRRORED_ENTRIES = 256  # a folder with more entries than this is data: linked whole, not mirrored
+MIRROR_DEPTH = 4
+
+
+def _link_entries(source: Path, target: Path, skip: set[str], depth: int = 0) -> None:
+    """Link ``source``'s entries into ``target``. A small folder (at most :data:`MIRRORED_ENTRIES` entries, at most
+    :data:`MIRROR_DEPTH` levels down) is made anew and its entries linked in turn, so a file the run writes into an
+    existing ``outputs/`` lands in the scratch tree; a run had left a checkpoint in the user's ``outputs/pinn_results``
+    through a linked folder (issue 19's round Q). A large folder (a data set's images) is linked whole."""
     try:
         entries = sorted(os.scandir(source), key=lambda e: e.name)
     except OSError:
@@ -130,9 +140,22 @@ def _link_entries(source: Path, target: Path, skip: set[str]) -> None:
             continue
         destination = target / entry.name
         if destination.is_dir() and not destination.is_symlink() and entry.is_dir():
-            _link_entries(Path(entry.path), destination, skip=set())  # converted modules inside: merge
-        elif not destination.exists() and not destination.is_symlink():
+            _link_entries(Path(entry.path), destination, skip=set(), depth=depth + 1)  # converted modules inside: merge
+        elif destination.exists() or destination.is_symlink():
+            continue
+        elif entry.is_dir() and depth < MIRROR_DEPTH and _small(entry.path):
+            destination.mkdir(mode=0o700)
+            _link_entries(Path(entry.path), destination, skip=set(), depth=depth + 1)
+        else:
             os.symlink(os.path.abspath(entry.path), destination)
+
+
+def _small(folder: str) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return sum(1 for _ in zip(range(MIRRORED_ENTRIES + 1), entries)) <= MIRRORED_ENTRIES
+    except OSError:
+        return False
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str], log: Path, timeout_s: float) -> Run:
@@ -166,6 +189,23 @@ def _kill_group(process: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def place_copy(script: Path, work: Path, name: str, levels: int) -> Path:
+    """A copy of ``script`` in ``work/name/<its folder>``, beside links to the rest of its folder and of the ``levels``
+    folders above (as the converted copy is placed): what the run writes at paths it builds from ``__file__`` lands in
+    the scratch tree, not next to the user's script (a checkpoint verify's original run had left there: round Q)."""
+    folder = script.parent
+    chain = [folder, *folder.parents][:levels + 1]
+    target = work / name / folder.relative_to(chain[-1])
+    target.mkdir(parents=True, mode=0o700)
+    copy = target / script.name
+    shutil.copy2(script, copy)
+    level = target
+    for original in chain:
+        place_beside(level, original)
+        level = level.parent
+    return copy
 
 
 def original_argv(script: Path, args: list[str]) -> list[str]:
