@@ -26,6 +26,9 @@
 - outputs left on every rank: a beam surrogate's ``fig.savefig`` and ``np.savez``, a GAN's ``cv2.imwrite`` of its
   sample grid (a Paddle vocabulary had no image writers), and a ``print`` followed by a ``try:`` whose ``except``
   exits, taken for an error message.
+- the autograd guide's one broadcast sample went through a VGG with dropout: every rank trains on it, each with its
+  own dropout mask, so a step averages N masks where one process drew one, and nothing said so (verify turns
+  dropout off). A file whose conversion splits no data now gets a note at its first dropout, with the fix.
 - ``dpmigrate verify`` left a 3-step checkpoint in a beam surrogate's ``outputs/pinn_results``: its scratch folders
   linked the user's folders whole, and the original ran where it is (``__file__`` paths in the user's tree). Small
   folders are now made anew with their entries linked, and the original runs as a copy placed like the conversion.
@@ -34,11 +37,14 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 from rule_testing import convert_text, findings_of
-from test_verify_paddle_real import _launch
+from test_verify_paddle_real import _launch, _python
 from verify_cases import causes, explain, verify
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 NESTED_BEST_SAVE = """\
     import numpy as np
@@ -322,3 +328,46 @@ def test_verify_leaves_no_new_file_in_the_users_folders(tmp_path, monkeypatch):
     assert data["verdict"] == "equivalent", explain(data)
     after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.name != "verify.json")
     assert after == before and (tmp_path / "outputs" / "kept.txt").read_text() == "the user's"
+
+
+def test_dropout_over_data_nothing_splits_is_noted_once_with_the_fix():
+    one_sample = ONE_SAMPLE.replace("paddle.nn.ReLU(),", "paddle.nn.ReLU(), paddle.nn.Dropout(0.5), paddle.nn.Dropout(0.1),")
+    [note] = findings_of(convert_text(one_sample), "unsplit-dropout", "note")
+    assert note.line == 3 and "draws its own mask on each rank" in note.message and "paddle.seed(0)" in note.fix
+    library = ONE_SAMPLE.replace("paddle.nn.Sequential(paddle.nn.Linear(8, 16), paddle.nn.ReLU(), paddle.nn.Linear(16, 3))",
+                                 "paddle.vision.models.vgg11(num_classes=3)")
+    assert findings_of(convert_text(library), "unsplit-dropout", "note")
+    torch_lstm = """\
+        import torch
+        net = torch.nn.LSTM(4, 8, num_layers=2, dropout=0.2)
+        x = torch.randn(5, 1, 4)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        out, _ = net(x)
+        out.sum().backward()
+        opt.step()
+        """
+    [torch_note] = findings_of(convert_text(torch_lstm), "unsplit-dropout", "note")
+    assert torch_note.line == 2 and "torch.manual_seed(0)" in torch_note.fix
+    seeded = torch_lstm.replace("import torch\n", "import torch\n        torch.manual_seed(3)\n")
+    assert not findings_of(convert_text(seeded), "unsplit-dropout")  # every rank draws the same masks
+    assert not findings_of(convert_text(torch_lstm.replace("dropout=0.2", "dropout=0.0")), "unsplit-dropout")
+    sharded = NESTED_BEST_SAVE.replace("paddle.nn.Linear(4, 1)",
+                                       "paddle.nn.Sequential(paddle.nn.Dropout(0.2), paddle.nn.Linear(4, 1))")
+    assert not findings_of(convert_text(sharded), "unsplit-dropout")  # each rank's masks fall on its own samples
+
+
+@pytest.mark.slow
+def test_the_dropout_note_s_fix_trains_one_sample_like_one_process(tmp_path):
+    """Fixture ``paddle/one_sample_dropout``: with the note's fix (the same seed on every rank), the 2-rank job prints
+    the losses one process prints; its dropout masks are then alike on every rank."""
+    case = FIXTURES / "paddle" / "one_sample_dropout"
+    seeded = "import paddle\nimport paddle.nn as nn\n"
+    before, after = (case / "before.py").read_text(), (case / "after.py").read_text()
+    assert before.count(seeded) == 1 and after.count("dp.init()\n") == 1
+    (tmp_path / "before.py").write_text(before.replace(seeded, seeded + "paddle.seed(0)\n"))
+    (tmp_path / "after.py").write_text(after.replace("dp.init()\n", "dp.init()\npaddle.seed(0)\n"))
+    original = _python(["before.py"], tmp_path)
+    job = _launch("after.py", [], tmp_path)
+    losses = [line.split("] ", 1)[-1] for line in job.stdout.splitlines() if "loss" in line]
+    expected = [line for line in original.stdout.splitlines() if "loss" in line]
+    assert len(expected) == 3 and losses == expected, (losses, expected)

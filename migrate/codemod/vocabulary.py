@@ -66,6 +66,10 @@ class Vocabulary:
     tensor_packages: tuple[str, ...] = ()
     object_prefixes: tuple[str, ...] = ()
     batchnorm_classes: frozenset[str] = frozenset()  # batch normalisation layers (their statistics become per rank)
+    dropout_calls: frozenset[str] = frozenset()  # dropout layers and functions (a new mask on each rank)
+    dropout_layer_prefixes: tuple[str, ...] = ()  # layers that take dropout= (``torch.nn.LSTM(..., dropout=0.2)``)
+    dropout_models: frozenset[str] = frozenset()  # library models with dropout inside (``vgg16()``)
+    seed_call: str | None = None  # how a script seeds the framework's generator, for fixes (``torch.manual_seed``)
     # library models built of such layers (``paddle.vision.models.resnet18``, Keras applications), and those that
     # are only when given a keyword (Paddle's ``vgg16(batch_norm=True)``): their layers are not in the script
     batchnorm_models: frozenset[str] = frozenset()

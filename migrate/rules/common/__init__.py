@@ -23,9 +23,10 @@ from .shared_random_data import SharedRandomData
 from .summed_loss import SummedLoss
 from .training_averages import TrainingAverages
 from .unregistered_layers import UnregisteredLayers
+from .unsplit_dropout import UnsplitDropout
 
 __all__ = [
     "BatchNormStatistics", "DownloadMainProcessFirst", "EvaluationLoader", "GlobalBatchSize", "InitRuntime",
     "LocalStop", "MainProcessLogging", "MainProcessOutput", "MainProcessPrint", "PlateauMetric", "RankDivergence",
-    "SharedFolders", "SharedRandomData", "SummedLoss", "TrainingAverages", "UnregisteredLayers",
+    "SharedFolders", "SharedRandomData", "SummedLoss", "TrainingAverages", "UnregisteredLayers", "UnsplitDropout",
 ]

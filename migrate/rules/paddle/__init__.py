@@ -27,6 +27,7 @@ from ..common import (
     SharedRandomData,
     SummedLoss,
     UnregisteredLayers,
+    UnsplitDropout,
 )
 from .distributed_model import PaddleDistributedModel
 from .distributed_optimizer import PaddleDistributedOptimizer
@@ -111,6 +112,12 @@ class _PaddleVocabulary(Vocabulary):
         return found
 
 
+# paddle.vision.models whose classifier drops out (Paddle 3.3: vgg.py, alexnet.py, mobilenetv2/v3.py, googlenet.py,
+# inceptionv3.py, squeezenet.py)
+_DROPOUT_MODELS = ("vgg11", "vgg13", "vgg16", "vgg19", "VGG", "alexnet", "AlexNet", "mobilenet_v2", "MobileNetV2",
+                   "mobilenet_v3_small", "mobilenet_v3_large", "MobileNetV3Small", "MobileNetV3Large", "googlenet",
+                   "GoogLeNet", "inception_v3", "InceptionV3", "squeezenet1_0", "squeezenet1_1", "SqueezeNet")
+
 VOCABULARY = _PaddleVocabulary(
     framework="paddle",
     display_name="PaddlePaddle",
@@ -133,6 +140,13 @@ VOCABULARY = _PaddleVocabulary(
     f"DistributedBatchSampler / {LEGACY_DISTRIBUTED_DESCRIPTION}",
     multiprocessing_prefixes=(f"{_DISTRIBUTED}.spawn",),
     image_writers=COMMON_IMAGE_WRITERS,  # a GAN's sample grid (cv2.imwrite) written by every rank otherwise: round Q
+    dropout_calls=frozenset({*(f"paddle.nn.{n}" for n in ("Dropout", "Dropout2D", "Dropout3D", "AlphaDropout",
+                                                           "FeatureAlphaDropout")),
+                             *(f"paddle.nn.functional.{n}" for n in ("dropout", "dropout2d", "dropout3d", "alpha_dropout",
+                                                                     "feature_alpha_dropout"))}),
+    dropout_layer_prefixes=("paddle.nn.",),
+    dropout_models=frozenset(f"{m}.{n}" for m in ("paddle.vision.models", "paddle.vision") for n in _DROPOUT_MODELS),
+    seed_call="paddle.seed",
     multiprocessing_description="paddle.distributed.spawn",
     # `model.fit(...)` of the high-level API trains as a backward pass does: a script calling it trains
     backward_methods=("backward", "fit", "train_batch"),
@@ -211,6 +225,7 @@ _CHECKS = (
     SharedFolders,
     LocalStop,
     RankDivergence,
+    UnsplitDropout,  # (last of the dygraph ones: it reads whether any rule split the data)
 )
 
 # Paddle 2.x/3.x static graph (paddle.enable_static, Executor, minimize), legacy fluid 1.x (the seed's Fleet

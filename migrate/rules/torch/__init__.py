@@ -28,6 +28,7 @@ from ..common import (
     SummedLoss,
     TrainingAverages,
     UnregisteredLayers,
+    UnsplitDropout,
 )
 from .device_variable import DeviceVariable
 from .distributed_model import DistributedModel
@@ -96,6 +97,16 @@ VOCABULARY = Vocabulary(
                      "torchvision.models"),
     save_calls=frozenset({"torch.save"}),
     image_writers=frozenset({"torchvision.utils.save_image", *COMMON_IMAGE_WRITERS}),
+    dropout_calls=frozenset({*(f"torch.nn.{n}" for n in ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+                                                          "FeatureAlphaDropout")),
+                             *(f"torch.nn.functional.{n}" for n in ("dropout", "dropout1d", "dropout2d", "dropout3d",
+                                                                    "alpha_dropout", "feature_alpha_dropout"))}),
+    dropout_layer_prefixes=("torch.nn.",),
+    dropout_models=frozenset(f"torchvision.models.{n}" for n in (
+        "vgg11", "vgg13", "vgg16", "vgg19", "vgg11_bn", "vgg13_bn", "vgg16_bn", "vgg19_bn", "alexnet", "mobilenet_v2",
+        "mobilenet_v3_small", "mobilenet_v3_large", "googlenet", "inception_v3", "squeezenet1_0", "squeezenet1_1",
+        *(f"efficientnet_b{i}" for i in range(8)))),
+    seed_call="torch.manual_seed",
     download_prefixes=(
         "torch.hub.load_state_dict_from_url", "torch.hub.download_url_to_file", "torch.hub.load",
         "torch.utils.model_zoo.load_url", "torchvision.datasets.utils.download_url",
@@ -142,4 +153,5 @@ RULES = (
     LocalStop,
     PlateauMetric,
     RankDivergence,
+    UnsplitDropout,  # (last: it reads whether any rule split the data)
 )
