@@ -21,6 +21,8 @@ class UnsplitDropout(Rule):
     or call (the framework's ``Dropout`` classes and ``functional.dropout``, a library model with dropout inside
     such as ``vgg11()``, or a layer given ``dropout=`` other than 0), with the fix: draw the masks alike (the same
     seed on every rank) or give each rank its part of the data.
+    Example (note):  x = dp.broadcast(paddle.rand([1, 12]))  and  self.drop = nn.Dropout(0.5)
+                     -> dropout while nothing in this file splits the training data: ... paddle.seed(0)
     Leaves alone: files whose conversion shards or splits their data (each rank's masks then fall on its own
     samples, as one process's fall on each sample); files that seed the framework's generator (alike on every rank,
     so are the masks); files with local modules converted beside them (their data may be split there); files with
