@@ -26,6 +26,13 @@
 - outputs left on every rank: a beam surrogate's ``fig.savefig`` and ``np.savez``, a GAN's ``cv2.imwrite`` of its
   sample grid (a Paddle vocabulary had no image writers), and a ``print`` followed by a ``try:`` whose ``except``
   exits, taken for an error message.
+- a FashionMNIST script's model built a ``MaxPool2D`` its ``forward`` never called: ``find_unused_parameters=True``
+  was set, saying its parameters would get no gradient (a pooling layer has none); and a second model class it
+  defined but never built got a batch-norm note. Round R's super-resolution script saved its sample grid with
+  PIL's ``image.save(path)`` on every rank; two tabular scripts wrote ``submission.csv`` with pandas' ``to_csv`` on
+  every rank (twice the rows in append mode). A MobileViT trainer built its optimizer in a function and handed the
+  result to ``prepare``: it was wrapped by ``dp.distributed_optimizer`` while a note said the high-level API's
+  optimizer is not wrapped again.
 - the autograd guide's one broadcast sample went through a VGG with dropout: every rank trains on it, each with its
   own dropout mask, so a step averages N masks where one process drew one, and nothing said so (verify turns
   dropout off). A file whose conversion splits no data now gets a note at its first dropout, with the fix.
@@ -371,3 +378,101 @@ def test_the_dropout_note_s_fix_trains_one_sample_like_one_process(tmp_path):
     losses = [line.split("] ", 1)[-1] for line in job.stdout.splitlines() if "loss" in line]
     expected = [line for line in original.stdout.splitlines() if "loss" in line]
     assert len(expected) == 3 and losses == expected, (losses, expected)
+
+
+def test_layers_without_parameters_models_never_built_and_pil_images():
+    source = """\
+        import numpy as np
+        import paddle
+        import paddle.nn as nn
+        from PIL import Image
+
+
+        class Net(nn.Layer):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+                self.pool = nn.MaxPool2D(2)
+                self.act = nn.ReLU()
+
+            def forward(self, x):
+                return self.fc(x)
+
+
+        class Unused(nn.Layer):
+            def __init__(self):
+                super().__init__()
+                self.bn = nn.BatchNorm1D(4)
+
+            def forward(self, x):
+                return self.bn(x)
+
+
+        net = Net()
+        opt = paddle.optimizer.SGD(parameters=net.parameters())
+        loader = paddle.io.DataLoader(paddle.io.TensorDataset([paddle.rand([8, 4])]), batch_size=4)
+        for (x,) in loader:
+            net(x).mean().backward()
+            opt.step()
+        grid = Image.fromarray(np.zeros((4, 4), "uint8"))
+        grid.save("grid.png")
+        Image.fromarray(np.zeros((4, 4), "uint8")).convert("L").save("grey.png")
+        """
+    result = convert_text(source)
+    code = result.output.decode()
+    assert "find_unused_parameters" not in code and not findings_of(result, "batch-norm")
+    assert 'if dp.is_main_process():\n    grid.save("grid.png")' in code, code
+    assert 'if dp.is_main_process():\n    Image.fromarray(np.zeros((4, 4), "uint8")).convert("L").save("grey.png")' in code
+    built = convert_text(source.replace("net = Net()", "net = Net()\n        spare = Unused()").replace(
+        "return self.fc(x)", "return self.fc(self.act(x) if self.training else x)"))
+    assert findings_of(built, "batch-norm") and "find_unused_parameters" not in built.output.decode()
+
+
+def test_a_table_pandas_writes_is_written_by_the_main_process():
+    code = convert_text("""\
+        import pandas as pd
+        import paddle
+
+        net = paddle.nn.Linear(2, 1)
+        opt = paddle.optimizer.SGD(parameters=net.parameters())
+        for step in range(3):
+            net(paddle.ones([4, 2])).mean().backward()
+            opt.step()
+        frame = pd.DataFrame({"pred": [1, 2]})
+        frame.to_csv("submission.csv", index=None, mode="a")
+        text = frame.to_csv()
+        """).output.decode()
+    assert 'if dp.is_main_process():\n    frame.to_csv("submission.csv", index=None, mode="a")' in code, code
+    assert "\ntext = frame.to_csv()\n" in code  # no path: it returns the text, every rank needs it
+
+
+OPTIMIZER_FACTORY = """\
+    import numpy as np
+    import paddle
+
+    draw = np.random.RandomState(0)
+    inputs = draw.rand(64, 4).astype("float32")
+    data = paddle.io.TensorDataset([paddle.to_tensor(inputs), paddle.to_tensor(inputs.sum(1, keepdims=True))])
+    paddle.seed(1)
+    model = paddle.Model(paddle.nn.Linear(4, 1))
+
+
+    def make_optimizer(parameters=None):
+        optimizer = paddle.optimizer.SGD(learning_rate=0.05, parameters=parameters)
+        return optimizer
+
+
+    optimizer = make_optimizer(model.parameters())
+    model.prepare(optimizer, paddle.nn.MSELoss())
+    model.fit(data, batch_size=8, epochs=1, verbose=0)
+    """
+
+
+def test_an_optimizer_a_function_makes_for_prepare_is_left_to_the_high_level_api():
+    result = convert_text(OPTIMIZER_FACTORY)
+    assert "distributed_optimizer" not in result.output.decode()
+    [note] = findings_of(result, "paddle-distributed-optimizer", "note")
+    assert note.line == 12 and "prepares a paddle.Model" in note.message
+    stepped = OPTIMIZER_FACTORY.replace("model.prepare(optimizer, paddle.nn.MSELoss())",
+                                        "model.prepare(paddle.optimizer.SGD(parameters=model.parameters()))")
+    assert "dp.distributed_optimizer(paddle.optimizer.SGD(learning_rate=0.05" in convert_text(stepped).output.decode()

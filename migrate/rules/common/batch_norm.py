@@ -23,14 +23,27 @@ class BatchNormLayers:
             return
         models = vocabulary.batchnorm_models | set(ctx.options.local_batchnorm_models)
         flagged = dict(vocabulary.batchnorm_models_with)
+        unused = _unused_classes(q, ctx.module)
         for call in q.index.of_type(ctx.module, cst.Call):
             if isinstance(call.func, cst.Call):  # the layer's call, `BatchNormalization()(h)`
                 continue
+            if any(isinstance(a, cst.ClassDef) and a.name.value in unused for a in q.ancestors(call)):
+                continue  # a model class the script defines and never builds (round Q: MyNet_1 beside MyNet)
             if q.is_call_to(call, vocabulary.batchnorm_classes):
                 self.sites.append(call)
             elif (models and q.is_call_to(call, models)) or (flagged and _flagged(q, call, flagged)):
                 self.sites.append(call)
                 self.models.add(id(call))
+
+
+def _unused_classes(q, module: cst.Module) -> set[str]:
+    """Module-level classes whose name nothing outside their own body reads."""
+    classes = {s.name.value: s for s in module.body if isinstance(s, cst.ClassDef)}
+    if not classes:
+        return set()
+    read = {n.value for n in q.index.of_type(module, cst.Name) if n.value in classes
+            and not any(a is classes[n.value] for a in q.ancestors(n))}
+    return set(classes) - read
 
 
 def _flagged(q, call: cst.Call, flagged: dict[str, str]) -> bool:

@@ -7,6 +7,7 @@ import re
 import libcst as cst
 
 from ...codemod import patterns as m
+from ...codemod.bindings import Bindings
 from ...codemod.models import Models
 from ...codemod.query import is_main_guard
 from ...codemod.ranks import RankAnalysis
@@ -24,6 +25,8 @@ _FILE_OUTPUTS = {
     "matplotlib.pyplot.savefig",
 }
 _MODEL_EXPORTS = {"torch.onnx.export"}
+_TABLE_WRITES = frozenset({"to_csv", "to_excel", "to_json", "to_parquet", "to_pickle", "to_feather", "to_hdf"})
+_PIL_IMAGES = frozenset(f"PIL.Image.{n}" for n in ("fromarray", "open", "new", "frombytes", "merge", "blend", "composite"))
 _PROGRESS_FUNCTIONS = {"progress_bar"}  # the CIFAR trainers' own helper, a print in disguise
 _TENSORBOARD = {"torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter"}
 _WRITE_MODES = set("wax")
@@ -111,10 +114,11 @@ class MainProcessOutput(Rule):
             if node.args:
                 self.ctx.plan.replace(node, self._disabled_off_main)
             self.report(node, "change", "progress bar shown by the main process only (disable=not dp.is_main_process())")
-        elif self.q.is_call_to(node, self.vocabulary.image_writers):
+        elif self.q.is_call_to(node, self.vocabulary.image_writers) or self._saves_a_pil_image(node):
             self._once(node, "image written")
         elif self.q.is_call_to(node, _FILE_OUTPUTS) or (
-                isinstance(node.func, cst.Attribute) and node.func.attr.value == "savefig"):  # fig.savefig: matplotlib's
+                isinstance(node.func, cst.Attribute) and node.func.attr.value == "savefig") or (  # fig.savefig
+                self._writes_a_table(node)):
             self._once(node, f"{self.code(node.func)}(...) run")
         elif isinstance(node.func, cst.Name) and node.func.value in _PROGRESS_FUNCTIONS:
             self._once(node, f"{node.func.value}(...) shown")
@@ -267,6 +271,33 @@ class MainProcessOutput(Rule):
         )
         last = updated.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(args=[*updated.args[:-1], last, disable])
+
+    def _writes_a_table(self, node: cst.Call) -> bool:
+        """``frame.to_csv(path)`` in a file that imports pandas: a submission file written by every rank (round R:
+        twice the rows in append mode). Without a path, ``to_csv()`` returns the text: no write."""
+        func = node.func
+        return (isinstance(func, cst.Attribute) and func.attr.value in _TABLE_WRITES and bool(node.args)
+                and not (isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == "None")
+                and bool(self.q.index.possible({"pandas"})))
+
+    def _saves_a_pil_image(self, node: cst.Call) -> bool:
+        """``image.save(path)`` of an image PIL made (``image = Image.fromarray(a)``, or the call itself with its
+        methods: ``Image.fromarray(a).convert("L").save(p)``): a super-resolution script's sample grid, written by
+        both ranks at once (round R)."""
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "save") or not self.q.index.possible(_PIL_IMAGES):
+            return False
+        value = func.value
+        if isinstance(value, cst.Name):
+            bound = self.ctx.analysis(Bindings).reaching(node, value.value)
+            if not (isinstance(bound, cst.SimpleStatementLine) and len(bound.body) == 1
+                    and isinstance(bound.body[0], cst.Assign)):
+                return False
+            value = bound.body[0].value
+        while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+               and not self.q.is_call_to(value, _PIL_IMAGES)):
+            value = value.func.value  # (.convert(...), .resize(...): still the image)
+        return isinstance(value, cst.Call) and self.q.is_call_to(value, _PIL_IMAGES)
 
     def _once(self, node: cst.Call, what: str, paths: set[str] | None = None) -> None:
         if any(id(a) in self.main_process_only_blocks for a in self.q.ancestors(node)):

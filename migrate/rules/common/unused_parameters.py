@@ -19,6 +19,17 @@ from ...codemod.flow import self_attribute
 from ...codemod.query import body_statements
 
 _CONDITIONAL = (cst.If, cst.IfExp, cst.While)
+# layers with no parameters: a reducer never waits for them (a FashionMNIST script's unused MaxPool2D, round Q)
+_NO_PARAMETERS = frozenset(f"{package}.{name}" for package in ("torch.nn", "paddle.nn") for name in (
+    *(f"{kind}{d}{case}" for kind in ("MaxPool", "AvgPool", "AdaptiveAvgPool", "AdaptiveMaxPool", "LPPool")
+      for d in "123" for case in ("d", "D")),
+    *(f"{kind}{d}{case}" for kind in ("Dropout", "ZeroPad", "ReflectionPad", "ReplicationPad", "ConstantPad")
+      for d in "123" for case in ("d", "D")),
+    "Dropout", "AlphaDropout", "FeatureAlphaDropout", "Flatten", "Unflatten", "Identity", "Upsample",
+    "UpsamplingNearest2D", "UpsamplingBilinear2D", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle",
+    "ReLU", "ReLU6", "LeakyReLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "ELU", "SELU", "CELU", "SiLU",
+    "Silu", "Swish", "Hardswish", "Hardsigmoid", "Hardtanh", "Mish", "Softplus", "Softsign", "Tanhshrink",
+    "Softshrink", "Hardshrink", "LogSigmoid", "Softmax2D", "Softmax2d", "ThresholdedReLU", "Threshold"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,13 +75,14 @@ def unreached_layers(ctx) -> list[Unreached]:
 
 
 def _layers_built(q, init: cst.FunctionDef) -> dict[str, cst.CSTNode]:
-    """``self.x = Something(...)`` of ``__init__``: attribute -> the statement."""
+    """``self.x = Something(...)`` of ``__init__``: attribute -> the statement (not layers without parameters:
+    pooling, activations, dropout)."""
     built = {}
     for statement in q.index.of_type(init, cst.SimpleStatementLine):
         small = statement.body[0] if len(statement.body) == 1 else None
         if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.value, cst.Call):
             layer = self_attribute(small.targets[0].target)
-            if layer is not None:
+            if layer is not None and not q.is_call_to(small.value, _NO_PARAMETERS):
                 built.setdefault(layer, statement)
     return built
 

@@ -143,6 +143,8 @@ class HighLevelModels:
         for ancestor in self.q.ancestors(optimizer):
             if isinstance(ancestor, cst.Call) and any(c.call is ancestor for c in self.of("prepare")):
                 return True
+        if self._made_for_prepare(optimizer):
+            return True
         statement = self.q.statement_of(optimizer)
         names, bindings = self.prepared_optimizers()
         if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
@@ -151,6 +153,32 @@ class HighLevelModels:
                 isinstance(t.target, cst.Name) and t.target.value in names for t in small.targets
             ):
                 return not bindings or id(statement) in bindings
+        return False
+
+    def _made_for_prepare(self, optimizer: cst.Call) -> bool:
+        """Built by a module-level function that returns it (``return Momentum(...)``, or the name bound to it), whose
+        result ``prepare`` gets: ``optimizer = make_optimizer(model.parameters()); model.prepare(optimizer, ...)``
+        (a MobileViT trainer of round R: wrapped by dp.distributed_optimizer, while the note said the high-level API's
+        optimizer is not wrapped again)."""
+        q = self.q
+        function = q.function_of(optimizer)
+        if function is None or function not in q.module.body:
+            return False
+        statement = q.statement_of(optimizer)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+        names = [t.target.value for t in small.targets if isinstance(t.target, cst.Name)] if (
+            isinstance(small, cst.Assign) and small.value is optimizer) else []
+        if returned_directly(q, optimizer) != (function, -1) and not any(returned_at(q, function, n) == -1 for n in names):
+            return False
+        for found in self.of("prepare"):
+            arg = argument(found.call, 0, "optimizer")
+            value = arg.value if arg is not None else None
+            if isinstance(value, cst.Name):
+                bound = self.ctx.analysis(Bindings).reaching(found.call, value.value)
+                value = bound.body[0].value if (isinstance(bound, cst.SimpleStatementLine) and len(bound.body) == 1
+                                                and isinstance(bound.body[0], cst.Assign)) else None
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == function.name.value:
+                return True
         return False
 
     def _stepped_by_hand(self, optimizer: cst.Call) -> bool:
