@@ -263,3 +263,29 @@ def test_a_second_optimizer_joining_later_is_compared_on_the_parameters_both_run
     result = compare.compare(tmp_path / "single", tmp_path / "job", N, 1e-5)  # no KeyError
     assert not result.equivalent
     assert result.first.parameter == "head.weight" and result.first.step == 3
+
+
+def test_generated_inputs_fingerprinted_otherwise_by_rounding_are_not_different_work(tmp_path):
+    """A GAN's discriminator fed the generator's images (source "model"): the generator's weights differ from the
+    original's by float rounding, so the images' fingerprints differ while the work is the same (round Q's DCGAN
+    was "different work" at every generator step). Loader batches are still checked sample by sample."""
+    def model_fed(folder, step_rows):
+        record = dumps.Record.read(folder)
+        record.inputs = [dumps.Inputs("loader" if j % 2 else "model", {"0": rows}) for j, rows in enumerate(step_rows, 1)]
+        record.write(folder)
+
+    single = _single(tmp_path)
+    model_fed(dumps.rank_folder(single, 0), _original_inputs())
+    job = _job(tmp_path, [_trajectory()] * N, _split_inputs())
+    for r in range(N):
+        rows = _split_inputs()[r]
+        rows[1] = [f"generated-{r}-{i}" for i in range(4)]  # step 2: other fingerprints, as many as the original's
+        model_fed(dumps.rank_folder(job, r), rows)
+    result = compare.compare(single, job, N, 1e-5)
+    assert result.equivalent, result.causes
+    assert result.data.observed == result.data.split == 2
+    for r in range(N):  # a loader step with other samples is still caught
+        rows = _split_inputs()[r]
+        rows[0] = [f"other-{r}-{i}" for i in range(4)]
+        model_fed(dumps.rank_folder(job, r), rows)
+    assert "inputs-differ" in _kinds(compare.compare(single, job, N, 1e-5))
