@@ -32,7 +32,8 @@
   PIL's ``image.save(path)`` on every rank; two tabular scripts wrote ``submission.csv`` with pandas' ``to_csv`` on
   every rank (twice the rows in append mode). A MobileViT trainer built its optimizer in a function and handed the
   result to ``prepare``: it was wrapped by ``dp.distributed_optimizer`` while a note said the high-level API's
-  optimizer is not wrapped again.
+  optimizer is not wrapped again. A wind-power GRU's loop read `enumerate(train_loader)` from a DataLoader another
+  module's method returned; its decline said "(no DataLoader)" and told the author to build one.
 - the autograd guide's one broadcast sample went through a VGG with dropout: every rank trains on it, each with its
   own dropout mask, so a step averages N masks where one process drew one, and nothing said so (verify turns
   dropout off). A file whose conversion splits no data now gets a note at its first dropout, with the fix.
@@ -476,3 +477,21 @@ def test_an_optimizer_a_function_makes_for_prepare_is_left_to_the_high_level_api
     stepped = OPTIMIZER_FACTORY.replace("model.prepare(optimizer, paddle.nn.MSELoss())",
                                         "model.prepare(paddle.optimizer.SGD(parameters=model.parameters()))")
     assert "dp.distributed_optimizer(paddle.optimizer.SGD(learning_rate=0.05" in convert_text(stepped).output.decode()
+
+
+def test_a_loop_over_batches_the_conversion_cannot_follow_does_not_claim_there_is_no_dataloader():
+    result = convert_text("""\
+        import paddle
+        from experiment import Experiment
+
+        train_data, train_loader = Experiment().get_data(flag="train")
+        net = paddle.nn.Linear(4, 1)
+        opt = paddle.optimizer.Adam(parameters=net.parameters())
+        for i, (x, y) in enumerate(train_loader):
+            paddle.nn.functional.mse_loss(net(x), y).backward()
+            opt.step()
+            opt.clear_grad()
+        """)
+    [declined] = findings_of(result, "paddle-manual-batching", "declined")
+    assert "(no DataLoader the conversion can follow to here)" in declined.message
+    assert "dp.distributed_loader(...)" in declined.fix

@@ -87,12 +87,13 @@ class PaddleManualBatching(Rule):
         if not draws:
             if isinstance(loop, cst.For) and not _steps_over_a_range(loop):  # a generator of the file's own, a list
                 self.report(loop, "declined", f"this training loop reads its batches from `{self.code(loop.iter)}` "
-                            "(no DataLoader), which the conversion does not split: every rank reads all of them and the "
+                            "(no DataLoader the conversion can follow to here), which it does not split: every rank "
+                            "reads all of them and the "
                             "run is no faster; the ranks train as the original did only if what yields them draws "
                             "nothing at random, or draws alike on every rank (Python's and NumPy's generators are given "
                             "rank 0's state by dp.init(); the framework's are not)", "give each rank its part of every batch "
-                            "(x, y = dp.shard(x), dp.shard(y)), or build a paddle.io.DataLoader over a Dataset, which "
-                            "the conversion shards")
+                            "(x, y = dp.shard(x), dp.shard(y)); or, where a paddle.io.DataLoader makes them (here, or "
+                            "returned by another module's method), wrap it: dp.distributed_loader(...)")
             return
         own = [d for d in unseeded(self, draws) if not self.q.is_call_to(d, NUMPY_DRAWS | PYTHON_DRAWS)]
         if not own:  # seeded, or Python's / NumPy's generator, which dp.init() makes alike on every rank
