@@ -66,6 +66,13 @@ class Bindings:
         found = self.reachings(node, name)
         return found[0] if found is not None and len(found) == 1 else None
 
+    def assigned_value(self, node: cst.CSTNode, name: str) -> cst.BaseExpression | None:
+        """The value of the plain ``name = value`` statement that reaches ``node``; None for any other binding."""
+        bound = self.reaching(node, name)
+        if isinstance(bound, cst.SimpleStatementLine) and len(bound.body) == 1 and isinstance(bound.body[0], cst.Assign):
+            return bound.body[0].value
+        return None
+
     def reachings(self, node: cst.CSTNode, name: str, depth: int = 0) -> list[cst.BaseStatement] | None:
         """Every statement whose binding of ``name`` a read at ``node`` may see; None when one cannot be told.
 

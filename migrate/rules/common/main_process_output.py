@@ -289,11 +289,7 @@ class MainProcessOutput(Rule):
             return False
         value = func.value
         if isinstance(value, cst.Name):
-            bound = self.ctx.analysis(Bindings).reaching(node, value.value)
-            if not (isinstance(bound, cst.SimpleStatementLine) and len(bound.body) == 1
-                    and isinstance(bound.body[0], cst.Assign)):
-                return False
-            value = bound.body[0].value
+            value = self.ctx.analysis(Bindings).assigned_value(node, value.value)
         while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
                and not self.q.is_call_to(value, _PIL_IMAGES)):
             value = value.func.value  # (.convert(...), .resize(...): still the image)

@@ -174,9 +174,7 @@ class HighLevelModels:
             arg = argument(found.call, 0, "optimizer")
             value = arg.value if arg is not None else None
             if isinstance(value, cst.Name):
-                bound = self.ctx.analysis(Bindings).reaching(found.call, value.value)
-                value = bound.body[0].value if (isinstance(bound, cst.SimpleStatementLine) and len(bound.body) == 1
-                                                and isinstance(bound.body[0], cst.Assign)) else None
+                value = self.ctx.analysis(Bindings).assigned_value(found.call, value.value)
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == function.name.value:
                 return True
         return False
@@ -262,11 +260,7 @@ class HighLevelModels:
                 loader.name and returned_at(q, function, loader.name) == -1):
             return False
         if isinstance(value, cst.Name):
-            bound = self.ctx.analysis(Bindings).reaching(value, value.value)
-            if not (isinstance(bound, cst.SimpleStatementLine) and len(bound.body) == 1
-                    and isinstance(bound.body[0], cst.Assign)):
-                return False
-            value = bound.body[0].value
+            value = self.ctx.analysis(Bindings).assigned_value(value, value.value)
         return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == function.name.value
 
 
