@@ -80,7 +80,8 @@ def _evaluated_part(dataset, batch_size: int):
 
 def _rebuild(loader: DataLoader, batch_sampler, dataset=None) -> DataLoader:
     return DataLoader(
-        loader.dataset if dataset is None else dataset, feed_list=loader.feed_list, places=loader.places, return_list=loader.return_list,
+        loader.dataset if dataset is None else dataset, feed_list=loader.feed_list, places=loader.places,
+        return_list=loader.return_list,
         batch_sampler=batch_sampler, collate_fn=loader.collate_fn, num_workers=loader.num_workers,
         use_buffer_reader=loader.use_buffer_reader, reader_buffer_size=loader.reader_buffer_size,
         prefetch_factor=loader.prefetch_factor, use_shared_memory=loader.use_shared_memory,
