@@ -495,3 +495,22 @@ def test_a_loop_over_batches_the_conversion_cannot_follow_does_not_claim_there_i
     [declined] = findings_of(result, "paddle-manual-batching", "declined")
     assert "(no DataLoader the conversion can follow to here)" in declined.message
     assert "dp.distributed_loader(...)" in declined.fix
+
+
+def test_verify_s_scratch_folder_makes_small_folders_anew_and_links_large_ones(tmp_path):
+    from dpmigrate.verify import runs
+
+    user = tmp_path / "project"
+    (user / "outputs" / "runs").mkdir(parents=True)
+    (user / "outputs" / "kept.txt").write_text("the user's")
+    (user / "data").mkdir()
+    for i in range(runs.MIRRORED_ENTRIES + 1):
+        (user / "data" / f"{i}.txt").write_text("")
+    work = tmp_path / "work"
+    work.mkdir()
+    scratch = runs.scratch_folder(work, "cwd", user)
+    assert not (scratch / "outputs").is_symlink() and (scratch / "outputs" / "runs").is_dir()
+    assert (scratch / "outputs" / "kept.txt").is_symlink() and (scratch / "outputs" / "kept.txt").read_text() == "the user's"
+    assert (scratch / "data").is_symlink()  # a data set: linked whole
+    (scratch / "outputs" / "runs" / "new.pdparams").write_text("")
+    assert not (user / "outputs" / "runs" / "new.pdparams").exists()

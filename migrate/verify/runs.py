@@ -124,13 +124,16 @@ def place_beside(converted_root: Path, original_folder: Path) -> None:
 
 MIRRORED_ENTRIES = 256  # a folder with more entries than this is data: linked whole, not mirrored
 MIRROR_DEPTH = 4
+MIRROR_BUDGET = 5000  # entries made anew in all, per placement: beyond it (many small folders), folders are linked
 
 
-def _link_entries(source: Path, target: Path, skip: set[str], depth: int = 0) -> None:
+def _link_entries(source: Path, target: Path, skip: set[str], depth: int = 0, budget: list[int] | None = None) -> None:
     """Link ``source``'s entries into ``target``. A small folder (at most :data:`MIRRORED_ENTRIES` entries, at most
-    :data:`MIRROR_DEPTH` levels down) is made anew and its entries linked in turn, so a file the run writes into an
-    existing ``outputs/`` lands in the scratch tree; a run had left a checkpoint in the user's ``outputs/pinn_results``
-    through a linked folder (issue 19's round Q). A large folder (a data set's images) is linked whole."""
+    :data:`MIRROR_DEPTH` levels down, within :data:`MIRROR_BUDGET` entries in all) is made anew and its entries
+    linked in turn, so a file the run writes into an existing ``outputs/`` lands in the scratch tree; a run had left
+    a checkpoint in the user's ``outputs/pinn_results`` through a linked folder (issue 19's round Q). A large folder
+    (a data set's images) is linked whole."""
+    budget = [MIRROR_BUDGET] if budget is None else budget
     try:
         entries = sorted(os.scandir(source), key=lambda e: e.name)
     except OSError:
@@ -140,22 +143,24 @@ def _link_entries(source: Path, target: Path, skip: set[str], depth: int = 0) ->
             continue
         destination = target / entry.name
         if destination.is_dir() and not destination.is_symlink() and entry.is_dir():
-            _link_entries(Path(entry.path), destination, skip=set(), depth=depth + 1)  # converted modules inside: merge
+            _link_entries(Path(entry.path), destination, set(), depth + 1, budget)  # converted modules inside: merge
         elif destination.exists() or destination.is_symlink():
             continue
-        elif entry.is_dir() and depth < MIRROR_DEPTH and _small(entry.path):
+        elif entry.is_dir() and depth < MIRROR_DEPTH and (size := _size(entry.path)) <= min(MIRRORED_ENTRIES, budget[0]):
+            budget[0] -= size
             destination.mkdir(mode=0o700)
-            _link_entries(Path(entry.path), destination, skip=set(), depth=depth + 1)
+            _link_entries(Path(entry.path), destination, set(), depth + 1, budget)
         else:
             os.symlink(os.path.abspath(entry.path), destination)
 
 
-def _small(folder: str) -> bool:
+def _size(folder: str) -> int:
+    """The folder's number of entries, counted up to one more than :data:`MIRRORED_ENTRIES` (unreadable: more)."""
     try:
         with os.scandir(folder) as entries:
-            return sum(1 for _ in zip(range(MIRRORED_ENTRIES + 1), entries)) <= MIRRORED_ENTRIES
+            return sum(1 for _ in zip(range(MIRRORED_ENTRIES + 1), entries))
     except OSError:
-        return False
+        return MIRRORED_ENTRIES + 1
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str], log: Path, timeout_s: float) -> Run:
