@@ -514,3 +514,18 @@ def test_verify_s_scratch_folder_makes_small_folders_anew_and_links_large_ones(t
     assert (scratch / "data").is_symlink()  # a data set: linked whole
     (scratch / "outputs" / "runs" / "new.pdparams").write_text("")
     assert not (user / "outputs" / "runs" / "new.pdparams").exists()
+
+
+def test_a_failed_job_shows_each_rank_s_last_error_first(tmp_path):
+    """Round O's skip-gram notebook: the tail of the converted run showed rank 0's gloo timeout, not rank 1's error."""
+    from dpmigrate.verify import runs
+
+    log = tmp_path / "converted.log"
+    log.write_text("[rank1] Traceback (most recent call last):\n[rank1]   File \"train.py\", line 9\n"
+                   "[rank1] UnboundLocalError: cannot access local variable 'f'\n"
+                   + "".join(f"[rank0] waiting {i}\n" for i in range(40))
+                   + "[rank0] Error Message Summary:\n[rank0] RuntimeError: gloo timeout after 60 s\n")
+    run = runs.Run(1, 1.0, log)
+    assert run.rank_errors() == ["rank 0: RuntimeError: gloo timeout after 60 s",
+                                 "rank 1: UnboundLocalError: cannot access local variable 'f'"]
+    assert not any("UnboundLocalError" in line for line in run.tail())  # scrolled out of the tail

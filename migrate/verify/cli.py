@@ -151,7 +151,7 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
     o.converted_seconds = job.seconds
     if job.returncode != 0:
         raise _Diverges(f"{_failed(f'the conversion on {o.nproc} processes', job, timeout_s)}, where the original "
-                        "runs", job.tail())
+                        "runs", [*job.rank_errors(), *job.tail()])
     for rank in range(o.nproc):
         _record(job_out, f"rank {rank} of the conversion", job, rank)
     o.harness = sorted({c for folder in (dumps.rank_folder(single_out, 0), dumps.rank_folder(job_out, 0))

@@ -36,6 +36,7 @@ _LAUNCHER_PREFIXES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "G
                       "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_", "PADDLE_",
                       "TF_CONFIG", "SLURM_", "OMPI_", "PMI_", "DPMIGRATE_RENDEZVOUS", "DPMIGRATE_VERIFY_")
 TAIL_LINES = 25
+_RANK_ERROR = re.compile(r"^\[rank(\d+)\]!? ((?:[A-Za-z_][\w.]*\.)?\w*(?:Error|Exception|Interrupt|Exit)(?::.*)?)$", re.M)
 
 
 @dataclasses.dataclass
@@ -52,6 +53,19 @@ class Run:
         except OSError:
             return []
         return text.splitlines()[-lines:]
+
+    def rank_errors(self) -> list[str]:
+        """Each rank's last Python exception line, in rank order (``rank 1: RuntimeError: ...``): the launched job's
+        log interleaves the ranks, and its tail showed rank 0's timeout waiting for a rank whose own error had
+        scrolled away (a skip-gram notebook of issue 19's round O)."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return []
+        last: dict[int, str] = {}
+        for match in _RANK_ERROR.finditer(text):
+            last[int(match.group(1))] = match.group(2).strip()
+        return [f"rank {rank}: {line}" for rank, line in sorted(last.items())]
 
 
 def environment(out: Path, script: Path, steps: int, framework: str) -> dict[str, str]:
