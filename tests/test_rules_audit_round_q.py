@@ -359,6 +359,10 @@ def test_dropout_over_data_nothing_splits_is_noted_once_with_the_fix():
     seeded = torch_lstm.replace("import torch\n", "import torch\n        torch.manual_seed(3)\n")
     assert not findings_of(convert_text(seeded), "unsplit-dropout")  # every rank draws the same masks
     assert not findings_of(convert_text(torch_lstm.replace("dropout=0.2", "dropout=0.0")), "unsplit-dropout")
+    rate_tested = one_sample.replace("paddle.nn.Dropout(0.5), paddle.nn.Dropout(0.1),",
+                                     "*([paddle.nn.Dropout(rate)] if rate > 0 else []),").replace(
+                                         "import paddle\n", "import paddle\n    rate = 0.0\n", 1)
+    assert "rate = 0.0" in rate_tested and not findings_of(convert_text(rate_tested), "unsplit-dropout")
     sharded = NESTED_BEST_SAVE.replace("paddle.nn.Linear(4, 1)",
                                        "paddle.nn.Sequential(paddle.nn.Dropout(0.2), paddle.nn.Linear(4, 1))")
     assert not findings_of(convert_text(sharded), "unsplit-dropout")  # each rank's masks fall on its own samples

@@ -26,7 +26,8 @@ class UnsplitDropout(Rule):
     Leaves alone: files whose conversion shards or splits their data (each rank's masks then fall on its own
     samples, as one process's fall on each sample); files that seed the framework's generator (alike on every rank,
     so are the masks); files with local modules converted beside them (their data may be split there); files with
-    no dropout in sight (a model built in another module).
+    no dropout in sight (a model built in another module); a dropout built only under a test of its own rate
+    (``nn.Dropout(p) if p > 0 else None``: the rate may be 0).
     Runs after every rule that splits data (last of the rule set), reading their findings.
     """
 
@@ -43,7 +44,8 @@ class UnsplitDropout(Rule):
         seeds = vocabulary.random_seeds | vocabulary.random_seeds_all
         if any(self.q.is_call_to(c, seeds) for c in self.q.index.of_type(self.ctx.module, cst.Call)):
             return  # every rank seeds its generator alike: the masks are alike too
-        first = next((c for c in self.q.index.of_type(self.ctx.module, cst.Call) if self._drops_out(c)), None)
+        first = next((c for c in self.q.index.of_type(self.ctx.module, cst.Call)
+                      if self._drops_out(c) and not self._built_if_its_rate(c)), None)
         if first is None:
             return
         seed = vocabulary.seed_call or "the framework's seed"
@@ -53,6 +55,13 @@ class UnsplitDropout(Rule):
                     "dpmigrate verify turns dropout off to compare)", f"to train exactly as one process, draw the "
                     f"masks alike: the same seed on every rank before training ({seed}(0)); or give each rank "
                     "its part of the data (dp.shard)")
+
+    def _built_if_its_rate(self, call: cst.Call) -> bool:
+        """``nn.Dropout(p) if p > 0 else None``: built only for a rate the script may set to 0 (a PTB language model
+        of round S set it so): nothing to say for sure."""
+        rates = set().union(*(self.q.names_in(a.value) for a in call.args))
+        return bool(rates) and any(isinstance(a, (cst.If, cst.IfExp)) and self.q.names_in(a.test) & rates
+                                   for a in self.q.ancestors(call))
 
     def _drops_out(self, call: cst.Call) -> bool:
         if self.q.is_call_to(call, self.vocabulary.dropout_calls | self.vocabulary.dropout_models):
