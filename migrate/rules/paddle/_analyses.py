@@ -183,17 +183,10 @@ class HighLevelModels:
         """``optim = Adam(parameters=model.parameters())``, never given to ``prepare``, whose ``optim.step()`` a
         plain loop calls (study notes training one LeNet six ways: the note said the high-level API averaged it,
         and each rank stepped on its own half-batch gradient)."""
-        statement = self.q.statement_of(optimizer)
-        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-                and isinstance(statement.body[0], cst.Assign) and statement.body[0].value is optimizer):
+        names = assigned_names(self.q, optimizer)
+        if not names or names & self.prepared_optimizers()[0]:
             return False
-        names = {t.target.value for t in statement.body[0].targets if isinstance(t.target, cst.Name)}
-        if names & self.prepared_optimizers()[0]:
-            return False
-        scope = self.q.function_of(optimizer) or self.ctx.module
-        return any(isinstance(c.func, cst.Attribute) and c.func.attr.value in ("step", "minimize")
-                   and isinstance(c.func.value, cst.Name) and c.func.value.value in names
-                   for c in self.q.index.of_type(scope, cst.Call))
+        return bool(step_calls(self.q, optimizer, names))
 
     def becomes_model(self, statement: cst.CSTNode, name: str) -> bool:
         """``name`` holds a ``paddle.Model`` once ``statement`` has run: it binds one (``model = paddle.Model(model)``,
@@ -262,6 +255,24 @@ class HighLevelModels:
         if isinstance(value, cst.Name):
             value = self.ctx.analysis(Bindings).assigned_value(value, value.value)
         return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == function.name.value
+
+
+def assigned_names(q: Query, call: cst.Call) -> set[str]:
+    """The plain names ``call`` is assigned to (``optim = Adam(...)``); empty for any other statement."""
+    statement = q.statement_of(call)
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Assign) and statement.body[0].value is call):
+        return set()
+    return {t.target.value for t in statement.body[0].targets if isinstance(t.target, cst.Name)}
+
+
+def step_calls(q: Query, optimizer: cst.Call, names: set[str]) -> list[cst.Call]:
+    """``optim.step()`` / ``optim.minimize(loss)`` (the vocabulary's step methods) of any of ``names``, in the
+    function that builds ``optimizer`` (or the module)."""
+    scope = q.function_of(optimizer) or q.module
+    return [c for c in q.index.of_type(scope, cst.Call)
+            if isinstance(c.func, cst.Attribute) and c.func.attr.value in q.vocabulary.optimizer_step_methods
+            and isinstance(c.func.value, cst.Name) and c.func.value.value in names]
 
 
 def training_loaders(ctx) -> list[Loader]:

@@ -9,7 +9,7 @@ from ...codemod.calls import argument
 from ...codemod.models import SELF_TRAINED, SELF_TRAINED_FIX, Models, trains_itself
 from ...codemod.query import optimizer_class, parameter_owners
 from ...codemod.rule import Rule
-from ._analyses import HighLevelModels
+from ._analyses import HighLevelModels, assigned_names, step_calls
 
 
 class PaddleDistributedModel(Rule):
@@ -131,15 +131,8 @@ class PaddleDistributedModel(Rule):
         over = [c for c in high_level.constructions
                 if isinstance(getattr(argument(c, 0, "network"), "value", None), cst.Name)
                 and argument(c, 0, "network").value.value == name and bindings.reaching(c, name) is reaching]
-        statement = self.q.statement_of(optimizer)
-        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
-        if reaching is None or not over or not isinstance(small, cst.Assign) or small.value is not optimizer:
-            return []
-        names = {t.target.value for t in small.targets if isinstance(t.target, cst.Name)}
-        steps = [c for c in self.q.index.of_type(scope or self.ctx.module, cst.Call)
-                 if isinstance(c.func, cst.Attribute) and c.func.attr.value in ("step", "minimize")
-                 and isinstance(c.func.value, cst.Name) and c.func.value.value in names]
-        if not steps:
+        steps = step_calls(self.q, optimizer, assigned_names(self.q, optimizer))
+        if reaching is None or not over or not steps:
             return []
         last = max(self.ctx.positions[c].end.line for c in steps)
         if all(self.q.function_of(c) is scope and self.ctx.positions[c].start.line > last for c in over):
