@@ -298,7 +298,8 @@ def _convert_stdin(args: argparse.Namespace, options: Options, exclude: Exclude,
             results.append(FileResult(path, failure=outcome.failure))
             print(results[-1].failure_line(), file=sys.stderr, flush=True)
         else:
-            results.append(FileResult(path, conversion.changed, conversion.framework, conversion.findings))
+            results.append(FileResult(path, conversion.changed, conversion.framework, conversion.findings,
+                                      left_alone=conversion.left_alone))
             output = conversion.output
             if args.diff and conversion.changed:
                 _emit(sys.stdout, _diff(conversion, outcome.encoding, color))
@@ -314,7 +315,8 @@ def _apply(source: Source, outcome: Outcome, args: argparse.Namespace, color: bo
     conversion = outcome.conversion
     if conversion is None:
         return FileResult(source.path, failure=outcome.failure)
-    result = FileResult(source.path, conversion.changed, conversion.framework, conversion.findings)
+    result = FileResult(source.path, conversion.changed, conversion.framework, conversion.findings,
+                        left_alone=conversion.left_alone)
     try:
         if args.output_dir:
             destination = write_copy(args.output_dir, source.relative, conversion.output, like=source.path)

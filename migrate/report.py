@@ -18,13 +18,15 @@ JSON (``--report json``), a stable, documented object (new keys may be added, no
                   "notes": 0, "not_converted": 0},
       "policy": "--batch per-device: ...; lr unchanged",
       "files": [{"path": "train.py", "framework": "torch" | null, "changed": true,
+                 "left_alone": null | "already uses torch.distributed ...: left unchanged",
                  "failure": null | {"reason": "...", "line": 3 | null, "col": 7 | null}}],
       "findings": [{"path": "train.py", "line": 12, "col": 5, "rule": "...",
                     "severity": "change" | "declined" | "error" | "note",
                     "message": "...", "fix": "..." | null}]
     }
 
-``changed`` means written for ``write`` and ``copy``, would be written for ``check`` and ``diff``.
+``changed`` means written for ``write`` and ``copy``, would be written for ``check`` and ``diff``; ``left_alone``
+says why a whole file was left as it is (distributed by hand, starting its own processes, mixing frameworks).
 Lines and columns are 1-based. Files and findings are in the run's stable path order.
 """
 
@@ -56,6 +58,7 @@ class FileResult:
     framework: str | None = None
     findings: tuple[Finding, ...] = ()
     failure: Failure | None = None
+    left_alone: str | None = None  # why the whole file was left as it is (distributed by hand, its own processes)
 
     def failure_line(self) -> str:
         """``path:line:col: error: reason``, the form editors and pre-commit users read."""
@@ -150,7 +153,7 @@ def render_json(results: Sequence[FileResult], mode: str, policy: str | None = N
         "summary": dataclasses.asdict(Summary.of(results)),
         "policy": policy,
         "files": [
-            {"path": r.path, "framework": r.framework, "changed": r.changed,
+            {"path": r.path, "framework": r.framework, "changed": r.changed, "left_alone": r.left_alone,
              "failure": dataclasses.asdict(r.failure) if r.failure else None}
             for r in results
         ],

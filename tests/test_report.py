@@ -60,7 +60,8 @@ def test_json_report_has_the_documented_fields(tmp_path):
     assert report["schema"] == "dpmigrate-report/1" and report["mode"] == "check"
     assert report["summary"] == {"files": 3, "changed": 1, "changes": 1, "declined": 1, "errors": 1,
                                  "notes": 1, "not_converted": 1}
-    assert report["files"][0] == {"path": results[0].path, "framework": "torch", "changed": True, "failure": None}
+    assert report["files"][0] == {"path": results[0].path, "framework": "torch", "changed": True, "left_alone": None,
+                                  "failure": None}
     assert report["files"][2]["failure"] == {"reason": "does not parse: expected ')'", "line": 7, "col": 3}
     assert [f["line"] for f in report["findings"]] == [3, 12, 40, 55]
     declined = report["findings"][2]

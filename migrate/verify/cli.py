@@ -2,13 +2,19 @@
 
     dpmigrate verify train.py [-n 2] [--steps 3] [--against converted.py] [--tolerance 1e-5]
                      [--framework F] [--timeout S] [--report text|json] [--report-file FILE] [--keep] [-- ARGS]
+    dpmigrate verify DIR/ [-j N] [--script-timeout S] [the options above] [-- ARGS]
+    dpmigrate verify --from LIST [-j N] [--script-timeout S] [the options above]
 
 Without ``--against``, a copy of the script (and of the local modules the conversion reads) is converted
 with ``--batch global`` and the project's ``[tool.dpmigrate]`` settings into a private temporary folder;
 the user's files are untouched. The original then runs on one process and the conversion on N (the real
 launcher), each for K optimizer steps under the harness (:mod:`.harness`), and the records are compared
-(:mod:`.compare`). Exit 0: equivalent; 1: diverges, or no optimizer step seen; 2: could not run (bad
-arguments, a script that does not convert, an original that fails).
+(:mod:`.compare`). Exit 0: equivalent, or nothing to verify; 1: diverges; 2: could not run (bad
+arguments, a script that does not convert, an original that fails); 3: inconclusive (:data:`.report.EXIT_CODES`).
+
+A folder (its ``*.py`` files, not those below it) or ``--from LIST`` (one ``[NAME=VALUE ...] SCRIPT [ARGS ...]`` a
+line) verifies many scripts with the same options, each in a verify subprocess of its own started in the script's
+folder, ``-j N`` at once (:mod:`.many`); the exit status is the worst verdict's, and a summary table ends it.
 """
 
 from __future__ import annotations
@@ -49,6 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     args.steps = 0 if args.steps == "all" else int(args.steps)
     if not args.tolerance > 0:
         parser.error("--tolerance takes a positive number, e.g. 1e-5")
+    if args.from_list is not None or (args.script and Path(args.script).is_dir()):
+        from . import many
+
+        return many.main(parser, args, script_args)
+    if args.script is None:
+        parser.error("give the training SCRIPT, a folder of scripts, or --from LIST")
+    if args.jobs != 1 or args.script_timeout is not None:
+        parser.error("-j and --script-timeout go with a folder of scripts or --from LIST, not with one script")
     outcome = verify(Path(args.script), args.nproc, args.steps, args.tolerance, args.framework, script_args,
                      against=Path(args.against) if args.against else None, timeout_s=args.timeout, keep=args.keep,
                      conversion_flags=("--sync-batchnorm",) if args.sync_batchnorm else ())
@@ -65,7 +79,13 @@ def _parser() -> argparse.ArgumentParser:
         prog="dpmigrate verify",
         description="Run the original script on 1 process and its conversion on N for a few optimizer steps, and "
                     "check that they train alike: same parameters after every step, and the data really split.",
-        epilog="Exit status: 0 equivalent, 1 diverges (or no optimizer step seen), 2 could not run.")
+        epilog="Many scripts: give a folder (its *.py files but __init__, setup, conftest and test_*; the arguments "
+               "after -- go to each) or --from LIST (a text file, one `[NAME=VALUE ...] SCRIPT [ARGS ...]` a line, "
+               "relative scripts from LIST's folder, - for standard input). Each is verified in its own subprocess in "
+               "its own folder, -j N at a time; a progress line as each ends, then a summary table on stderr (with "
+               "--report json, one document of every script's report). "
+               "Exit status: 0 equivalent (or nothing to verify), 1 diverges, 2 could not run, 3 inconclusive; over "
+               "many scripts, the worst verdict's.")
     p.add_argument("-n", "--nproc", type=int, default=2, metavar="N", help="processes of the converted job (default 2)")
     p.add_argument("--steps", default="3", metavar="K", help="optimizer steps to compare (default 3); `all` runs both "
                    "scripts to their end (slower: it also sees what happens after step K, a late hang or crash)")
@@ -79,22 +99,33 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", choices=("text", "json"), default="text", help="text on stderr, json on stdout")
     p.add_argument("--report-file", metavar="FILE", help="write the report to FILE")
     p.add_argument("--keep", action="store_true", help="keep the converted copy, the runs' logs and records")
-    p.add_argument("script", help="the original, single-process training script; its arguments follow `--`")
+    p.add_argument("--from", dest="from_list", metavar="LIST", help="verify every script of LIST, one a line: "
+                   "[NAME=VALUE ...] SCRIPT [ARGS ...] (NAME=VALUE: extra environment of that script's verify)")
+    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="with a folder or --from: verify N scripts "
+                   "at once (default 1; each verify runs 1 + n processes)")
+    p.add_argument("--script-timeout", type=float, metavar="S", help="with a folder or --from: stop a script's verify "
+                   "after S seconds, verdict error (default 2 x --timeout + 120)")
+    p.add_argument("script", nargs="?", help="the original, single-process training script (its arguments follow "
+                   "`--`), or a folder of them")
     return p
 
 
 def verify(script: Path, nproc: int, steps: int, tolerance: float, framework: str, script_args: list[str], *,
            against: Path | None = None, timeout_s: float = 600.0, keep: bool = False,
            conversion_flags: tuple[str, ...] = ()) -> Outcome:
-    outcome = Outcome(str(script), framework, nproc, steps, tolerance, 2, "")
+    outcome = Outcome(str(script), framework, nproc, steps, tolerance, "error", "")
     work = Path(tempfile.mkdtemp(prefix="dpmigrate-verify-"))  # 0700, random name
     try:
         outcome.framework = _framework(script, framework, against)
         _compare_runs(outcome, work, script, script_args, against, timeout_s, conversion_flags)
     except CannotRun as e:
-        outcome.exit_code, outcome.headline, outcome.details = 2, f"could not run: {e}", e.details
+        outcome.verdict, outcome.headline, outcome.details = "error", f"could not run: {e}", e.details
     except _Diverges as e:
-        outcome.exit_code, outcome.headline, outcome.details = 1, f"diverges: {e}", e.details
+        outcome.verdict, outcome.headline, outcome.details = "diverges", f"diverges: {e}", e.details
+    except _Inconclusive as e:
+        outcome.verdict, outcome.headline, outcome.details = "inconclusive", f"inconclusive: {e}", e.details
+    except _NothingToVerify as e:
+        outcome.verdict, outcome.headline = "nothing to verify", f"nothing to verify: {e}"
     finally:
         if keep:
             outcome.kept = str(work)
@@ -107,6 +138,18 @@ class _Diverges(Exception):
     def __init__(self, reason: str, details: list[str] | None = None):
         super().__init__(reason)
         self.details = details or []
+
+
+class _Inconclusive(Exception):
+    """Exit 3: the runs ended well but prove nothing either way (no optimizer step, no input seen, one step)."""
+
+    def __init__(self, reason: str, details: list[str] | None = None):
+        super().__init__(reason)
+        self.details = details or []
+
+
+class _NothingToVerify(Exception):
+    """Exit 0: the converter left the script as it is (distributed by hand, its own processes): no conversion."""
 
 
 def _framework(script: Path, framework: str, against: Path | None) -> str:
@@ -144,7 +187,8 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
         raise CannotRun("the original trains in processes it starts itself (torch.multiprocessing, Hogwild): verify "
                         "follows the script's own process only", original.tail())
     if one.steps == 0:
-        raise _Diverges("no optimizer step seen in the original (nothing to compare: does it train?)", original.tail())
+        raise _Inconclusive("no optimizer step seen in the original (nothing to compare: does it train?)",
+                            original.tail())
     env = runs.environment(job_out, converted, o.steps, o.framework)
     job = runs.run(runs.launch_argv(converted, args, o.nproc, work / "logs", timeout_s, o.framework),
                    runs.scratch_folder(work, "converted-cwd", here), env, work / "converted.log", timeout_s + 30)
@@ -159,10 +203,29 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
     c = compare.compare(single_out, job_out, o.nproc, o.tolerance)
     said = _as_the_conversion_says(c, work / "conversion.json")
     o.comparison = c
-    o.exit_code = 0 if c.equivalent else 1
+    o.verdict = "equivalent" if c.equivalent else "diverges"
     o.headline = headline(c, o.tolerance)
+    unproven = _unproven(c)
+    if unproven:
+        o.verdict, o.headline = "inconclusive", f"inconclusive: {unproven}"
     if said and o.headline.startswith("diverges: the weights match"):
         o.headline += ", as the conversion says (no speed-up, not a fault)"
+
+
+def _unproven(c: compare.Comparison) -> str:
+    """Why weights that match prove nothing yet ('' when they do): no input was seen, so the ranks may each have
+    read all the data (batches cut by hand from a tensor); or one step only, which every rank starts from the same
+    weights however they were made (a TF loop whose workers are equalised inside the first apply_gradients)."""
+    if not c.equivalent:
+        return ""
+    matched = f"the weights match (max |dw| {c.max_difference:.1e} after {c.steps} step{'s' * (c.steps != 1)})"
+    if not c.data.observed:
+        return (f"{matched}, but no input was seen (no DataLoader batch, feed or model input): whether each rank "
+                "read its own share is not proven; every rank may have read all the data")
+    if c.steps < 2:
+        return (f"{matched}, but one step proves little: every rank starts it from the same weights; run more "
+                "steps (--steps 3) or a longer run")
+    return ""
 
 
 def _as_the_conversion_says(c: compare.Comparison, report: Path) -> bool:
@@ -232,7 +295,11 @@ def _convert(script: Path, work: Path, framework: str, flags: tuple[str, ...] = 
     done = subprocess.run(argv, capture_output=True, text=True, cwd=os.getcwd())
     if done.returncode == 2 or not report.exists():
         raise CannotRun(f"dpmigrate could not convert {script.name}", done.stderr.splitlines()[-TAIL:])
-    summary = json.loads(report.read_text())["summary"]
+    document = json.loads(report.read_text())
+    summary = document["summary"]
+    left_alone = [f["left_alone"] for f in document["files"] if f.get("left_alone") and Path(f["path"]).resolve() == script]
+    if left_alone and not summary["changed"]:
+        raise _NothingToVerify(f"dpmigrate left {script.name} as it is: {left_alone[0]}")
     converted = target / script.name
     if not converted.exists():
         raise CannotRun(f"dpmigrate wrote no converted copy of {script.name}", done.stderr.splitlines()[-TAIL:])

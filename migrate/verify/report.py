@@ -9,6 +9,15 @@ from .compare import Comparison
 
 SCHEMA = "dpmigrate-verify/1"
 
+# Each verdict's exit code, and how bad it is: over several scripts the worst decides the exit status.
+EXIT_CODES = {"equivalent": 0, "nothing to verify": 0, "inconclusive": 3, "error": 2, "diverges": 1}
+SEVERITY = ("equivalent", "nothing to verify", "inconclusive", "error", "diverges")
+
+
+def worst(verdicts) -> str:
+    """The worst of several verdicts ("equivalent" for none)."""
+    return max(verdicts, key=SEVERITY.index, default="equivalent")
+
 
 @dataclasses.dataclass
 class Outcome:
@@ -19,8 +28,8 @@ class Outcome:
     nproc: int
     steps: int
     tolerance: float
-    exit_code: int
-    headline: str  # "equivalent: ...", "diverges ...", "could not run: ..."
+    verdict: str  # one of SEVERITY: "error" is "could not run"
+    headline: str  # "equivalent: ...", "diverges ...", "could not run: ...", "inconclusive: ..."
     conversion: str = ""  # how the converted script was made
     original_seconds: float | None = None
     converted_seconds: float | None = None
@@ -30,8 +39,8 @@ class Outcome:
     kept: str | None = None  # the work folder, when kept
 
     @property
-    def verdict(self) -> str:
-        return {0: "equivalent", 1: "diverges"}.get(self.exit_code, "error")
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
 
 
 def render_text(o: Outcome) -> str:
