@@ -258,7 +258,9 @@ def test_training_in_processes_the_script_starts_is_said_not_followed(tmp_path, 
             worker.start()
             worker.join()
     ''')
-    data = _verify(tmp_path, monkeypatch, script)
+    data = _verify(tmp_path, monkeypatch, script)  # the converter leaves it as it is: no conversion to check
+    assert data["verdict"] == "nothing to verify" and "starts its own processes" in data["headline"], data["headline"]
+    data = _verify(tmp_path, monkeypatch, script, against=script)  # checked as given: verify cannot follow it
     assert data["exit_code"] == 2
     assert "processes it starts itself" in data["headline"]
 

@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import compare, dumps, runs
+from . import compare, dumps, ending, runs
 from .report import Outcome, headline, render_json, render_text
 
 FRAMEWORKS = ("auto", "torch", "tensorflow", "paddle")
@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     args.steps = 0 if args.steps == "all" else int(args.steps)
     if not args.tolerance > 0:
         parser.error("--tolerance takes a positive number, e.g. 1e-5")
+    if not args.to_end >= 0:
+        parser.error("--to-end takes seconds (0 or more), e.g. 120")
     if args.from_list is not None or (args.script and Path(args.script).is_dir()):
         from . import many
 
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("-j and --script-timeout go with a folder of scripts or --from LIST, not with one script")
     outcome = verify(Path(args.script), args.nproc, args.steps, args.tolerance, args.framework, script_args,
                      against=Path(args.against) if args.against else None, timeout_s=args.timeout, keep=args.keep,
-                     conversion_flags=("--sync-batchnorm",) if args.sync_batchnorm else ())
+                     conversion_flags=("--sync-batchnorm",) if args.sync_batchnorm else (), to_end_s=args.to_end)
     text = render_json(outcome) if args.report == "json" else render_text(outcome)
     if args.report_file:
         Path(args.report_file).write_text(text)
@@ -93,6 +95,9 @@ def _parser() -> argparse.ArgumentParser:
                    "instead of converting a copy with --batch global")
     p.add_argument("--sync-batchnorm", action="store_true", help="convert with --sync-batchnorm (synchronised "
                    "batch normalisation: Keras layers on the CPU; torch and Paddle run theirs on GPUs only)")
+    p.add_argument("--to-end", type=float, default=120.0, metavar="S", help="after the K compared steps, each run "
+                   "goes on, unrecorded, to its end or for at most S s more, so a later crash or hang is seen (default "
+                   "120; 0 stops both at step K)")
     p.add_argument("--tolerance", type=float, default=1e-5, help="largest parameter difference allowed (default 1e-5)")
     p.add_argument("--framework", choices=FRAMEWORKS, default="auto", help="default: from the script's imports")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="time limit of each run (default 600)")
@@ -112,12 +117,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def verify(script: Path, nproc: int, steps: int, tolerance: float, framework: str, script_args: list[str], *,
            against: Path | None = None, timeout_s: float = 600.0, keep: bool = False,
-           conversion_flags: tuple[str, ...] = ()) -> Outcome:
+           conversion_flags: tuple[str, ...] = (), to_end_s: float = 0.0) -> Outcome:
     outcome = Outcome(str(script), framework, nproc, steps, tolerance, "error", "")
     work = Path(tempfile.mkdtemp(prefix="dpmigrate-verify-"))  # 0700, random name
     try:
         outcome.framework = _framework(script, framework, against)
-        _compare_runs(outcome, work, script, script_args, against, timeout_s, conversion_flags)
+        _compare_runs(outcome, work, script, script_args, against, timeout_s, conversion_flags,
+                      to_end_s if steps else 0.0)
     except CannotRun as e:
         outcome.verdict, outcome.headline, outcome.details = "error", f"could not run: {e}", e.details
     except _Diverges as e:
@@ -167,7 +173,7 @@ def _framework(script: Path, framework: str, against: Path | None) -> str:
 
 
 def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against: Path | None, timeout_s: float,
-                  conversion_flags: tuple[str, ...] = ()):
+                  conversion_flags: tuple[str, ...] = (), to_end_s: float = 0.0):
     script = script.resolve()
     if against is None:
         converted, o.conversion = _convert(script, work, o.framework, conversion_flags)
@@ -178,9 +184,10 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
     single_out, job_out = dumps.private_folder(work / "single"), dumps.private_folder(work / "job")
     placed = runs.place_copy(script, work, "original", runs.levels_above(script.parent))
     original = runs.run(runs.original_argv(placed, args), runs.scratch_folder(work, "original-cwd", here),
-                        runs.environment(single_out, placed, o.steps, o.framework), work / "original.log", timeout_s)
+                        runs.environment(single_out, placed, o.steps, o.framework, to_end_s), work / "original.log",
+                        timeout_s)
     o.original_seconds = original.seconds
-    if original.returncode != 0:
+    if original.returncode != 0 and not (to_end_s and ending.recorded_to_k(single_out)):
         raise CannotRun(_failed("the original", original, timeout_s) + _paths_hint(original), original.tail())
     one = _record(single_out, "the original", original)
     if one.steps == 0 and one.child_processes:
@@ -189,11 +196,11 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
     if one.steps == 0:
         raise _Inconclusive("no optimizer step seen in the original (nothing to compare: does it train?)",
                             original.tail())
-    env = runs.environment(job_out, converted, o.steps, o.framework)
+    env = runs.environment(job_out, converted, o.steps, o.framework, to_end_s)
     job = runs.run(runs.launch_argv(converted, args, o.nproc, work / "logs", timeout_s, o.framework),
                    runs.scratch_folder(work, "converted-cwd", here), env, work / "converted.log", timeout_s + 30)
     o.converted_seconds = job.seconds
-    if job.returncode != 0:
+    if job.returncode != 0 and not (to_end_s and all(ending.recorded_to_k(job_out, r) for r in range(o.nproc))):
         raise _Diverges(f"{_failed(f'the conversion on {o.nproc} processes', job, timeout_s)}, where the original "
                         "runs", [*job.rank_errors(), *job.tail()])
     for rank in range(o.nproc):
@@ -208,6 +215,12 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
     unproven = _unproven(c)
     if unproven:
         o.verdict, o.headline = "inconclusive", f"inconclusive: {unproven}"
+    if to_end_s:
+        end = ending.judge(o.steps, to_end_s, single_out, job_out, o.nproc, original.returncode, job.returncode)
+        o.ending = end.lines
+        if end.failure:
+            o.verdict, o.headline = "diverges", f"diverges: {end.failure}"
+            o.details = [*job.rank_errors(), *job.tail()]
     if said and o.headline.startswith("diverges: the weights match"):
         o.headline += ", as the conversion says (no speed-up, not a fault)"
 

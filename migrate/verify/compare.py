@@ -7,7 +7,9 @@ the order a person would want them:
 2. the ranks agree with each other after every step (else a model or optimizer is not synchronised);
 3. the data was split: at every step the ranks' samples are disjoint and together are the original's
    batch (equal weights prove nothing when every rank read the whole batch);
-4. rank 0's parameters equal the original's after every step, to the tolerance.
+4. rank 0's parameters equal the original's after every step, to the tolerance;
+5. the ranks leave no file clash behind (:mod:`.files`: a path written by several ranks, one outside the working
+   folder deleted by several, one changed by a rank while another reads it with no barrier between).
 
 When they differ, :func:`causes` names the likely reason from the evidence: ranks that disagree, the
 same inputs everywhere, an update that is a constant factor (N or 1/N) of the original's, batch
@@ -22,7 +24,7 @@ from collections import Counter
 from itertools import chain
 from pathlib import Path
 
-from . import dumps
+from . import draws, dumps, files
 
 FACTOR_FIT = 0.05  # an update is "a constant factor" of the other when the rest is under 5 % of it
 
@@ -108,14 +110,19 @@ def compare(single: Path, job: Path, world_size: int, tolerance: float) -> Compa
             "split between the ranks, so they repeat each other's work (even where the weights match): a loader not "
             "passed through dp.distributed_loader(...), data used whole (full batch, batches cut by hand: dp.shard), or "
             "a dataset drawing its samples from a generator seeded alike on every rank (derive them from the index)")))
+    same = draws.same_draws(one, ranks)
+    if same:
+        causes.append(Cause("same-random-draws", draws.message(same, world_size)))
     first = weights.first or weights.update_differs
     if first is None and data.other:
         causes.append(_data_cause(data))
     if first is not None:
         causes.extend(_divergence_causes(first, weights.worst or first, weights.factor, one, data, world_size,
                                          already=bool(causes)))
+    clashes = [Cause("files", message) for message in files.check(one.files, [r.files for r in ranks])]
+    causes.extend(clashes)
     equivalent = (first is None and weights.disagree is None and not data.same and not data.other and not work
-                  and bool(common) and one.steps > 0)
+                  and bool(common) and one.steps > 0 and not clashes and not same)
     return Comparison(
         equivalent=equivalent, steps=max(common, default=0), max_difference=weights.max_difference,
         first=weights.first, differing=weights.differing, parameters=len(one.parameters),

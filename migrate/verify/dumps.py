@@ -6,8 +6,9 @@ One folder per process (``<out>/rank<r>``; the single process is rank 0 of its o
   keyed ``o<i>.p<j>`` (optimizer ``i`` in the order they first stepped, parameter ``j`` in its order).
   NumPy's format without pickles: nothing here is ever unpickled.
 - ``record.json``: who wrote it, the parameters' names and shapes, the steps seen, the snapshots taken,
-  the inputs consumed at each step (per-sample fingerprints), how the run stopped, and what the harness
-  changed (dropout and shuffling turned off). Written last and atomically: a folder without it is a run
+  the inputs consumed at each step (per-sample fingerprints), how the run stopped, what the harness
+  changed (dropout and shuffling turned off), and the files the process wrote, deleted, read and listed
+  with the barriers it passed (JSON lists: ``files``). Written last and atomically: a folder without it is a run
   that died before it could say anything.
 
 Keys are positional, not names: a wrapper (DDP's ``module.``, Paddle's ``_layers.``) renames parameters
@@ -71,6 +72,10 @@ class Record:
     child_processes: bool = False  # a process forked from the script's stepped an optimizer (not recorded)
     random_steps: list[int] = dataclasses.field(default_factory=list)  # steps that drew from a global generator
     optimizer_kinds: list[str] = dataclasses.field(default_factory=list)  # the class of each optimizer that stepped
+    # step -> {generator that advanced in it ("python", "numpy", "torch"...): a digest of its state after the step}
+    random_trace: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    # the process's file events and barriers (:mod:`dpmigrate.verify.harness.files`): {} in records made before them
+    files: dict = dataclasses.field(default_factory=dict)
     schema: str = SCHEMA
 
     def write(self, folder: Path) -> None:

@@ -36,6 +36,7 @@ class Outcome:
     harness: list[str] = dataclasses.field(default_factory=list)  # what the harness changed in the runs
     comparison: Comparison | None = None
     details: list[str] = dataclasses.field(default_factory=list)  # output tail of a failed run
+    ending: list[str] = dataclasses.field(default_factory=list)  # how the runs went on past step K (--to-end)
     kept: str | None = None  # the work folder, when kept
 
     @property
@@ -64,6 +65,8 @@ def render_text(o: Outcome) -> str:
         lines.append(f"  data:       {_data_line(c)}")
     if o.harness:
         lines.append(f"  harness:    {'; '.join(o.harness)}")
+    for line in o.ending:
+        lines.append(f"  past K:     {line}")
     for note in c.notes if c else ():
         lines.append(f"  note:       {note}")
     lines.append(o.headline)
@@ -108,6 +111,9 @@ def headline(c: Comparison, tolerance: float) -> str:
     if c.data.same:
         return (f"diverges: the weights match (max |dw| {c.max_difference:.1e}) but every rank trained on the same "
                 "data")
+    if c.causes and all(cause.kind == "files" for cause in c.causes):
+        return (f"diverges: the weights match (max |dw| {c.max_difference:.1e}) but the ranks clash over files (a path "
+                "written or deleted by several ranks, or changed by one while another reads it)")
     return f"diverges: the weights match (max |dw| {c.max_difference:.1e}) but the runs did different work"
 
 
@@ -116,7 +122,7 @@ def render_json(o: Outcome) -> str:
         "schema": SCHEMA, "verdict": o.verdict, "exit_code": o.exit_code, "headline": o.headline, "script": o.script,
         "framework": o.framework, "nproc": o.nproc, "steps": o.steps, "tolerance": o.tolerance,
         "conversion": o.conversion, "original_seconds": o.original_seconds, "converted_seconds": o.converted_seconds,
-        "harness": o.harness, "details": o.details, "kept": o.kept,
+        "harness": o.harness, "details": o.details, "kept": o.kept, "ending": o.ending,
         "comparison": dataclasses.asdict(o.comparison) if o.comparison else None,
     }
     return json.dumps(data, indent=2) + "\n"

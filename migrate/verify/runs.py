@@ -68,14 +68,17 @@ class Run:
         return [f"rank {rank}: {line}" for rank, line in sorted(last.items())]
 
 
-def environment(out: Path, script: Path, steps: int, framework: str) -> dict[str, str]:
-    """The run's environment: the user's, without any launcher's variables, plus the harness's."""
+def environment(out: Path, script: Path, steps: int, framework: str, to_end_s: float = 0.0) -> dict[str, str]:
+    """The run's environment: the user's, without any launcher's variables, plus the harness's (``to_end_s``: how
+    long the run goes on past step K, unrecorded)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
     path = [str(BOOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
     env.update({
         "PYTHONPATH": os.pathsep.join(path), core.ENV_OUT: str(out), core.ENV_SCRIPT: str(script.resolve()),
         core.ENV_STEPS: str(steps), "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "",
     })
+    if to_end_s:
+        env[core.ENV_TO_END] = f"{to_end_s:g}"
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("PYTHONHASHSEED", _HASH_SEED)  # both runs order sets of strings alike, as one job's ranks do
     if framework == "tensorflow":

@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-j", "--jobs", type=int, default=1)
     p.add_argument("--steps", default="3")
     p.add_argument("--timeout", type=float, default=300, help="each run's limit (dpmigrate verify --timeout)")
+    p.add_argument("--to-end", type=float, default=30, help="how long each run goes on past step K (verify --to-end)")
     p.add_argument("--mirrors", type=Path, default=Path(os.environ.get("DPMIGRATE_CORPUS_MIRRORS", "/work/.mirror")))
     p.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "dpmigrate-corpus",
                    help="where the repositories' trees are unpacked (kept between runs)")
@@ -219,7 +220,8 @@ def _verify_all(args: argparse.Namespace, lines: list[str]) -> dict:
         listing, out = Path(scratch) / "list.txt", Path(scratch) / "report.json"
         listing.write_text("\n".join(lines) + "\n")
         argv = [args.python, "-m", "dpmigrate", "verify", "--from", str(listing), "-j", str(args.jobs),
-                "--steps", str(args.steps), "--timeout", f"{args.timeout:g}", "--report", "json",
+                "--steps", str(args.steps), "--timeout", f"{args.timeout:g}", "--to-end", f"{args.to_end:g}",
+                "--report", "json",
                 "--report-file", str(out)]
         subprocess.run(argv, env={**os.environ, "OMP_NUM_THREADS": "1"})
         if not out.exists():

@@ -1,6 +1,6 @@
 """The processes a stopped run started, ended with it.
 
-Why: verify stops the original and the converted script after K steps (``core.leave``: ``os._exit``), so the
+Why: verify stops the original and the converted script after K steps (``leaving.leave``: ``os._exit``), so the
 scripts never shut down what they started. A ``DataLoader``'s worker processes then outlive them: Paddle's do
 (measured: 6 left behind by one verify run of a script with ``num_workers=2``), torch's only until their
 watchdog notices. Each run kills its own descendants before it exits.

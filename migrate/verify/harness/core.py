@@ -15,8 +15,9 @@ launcher. The scripts themselves are not edited. It then:
   wrap is still seen) and report what each step consumed;
 - after ``K`` optimizer steps (of every optimizer together), writes every trained parameter as it was after
   each step and the per-sample fingerprints of the inputs (:mod:`dpmigrate.verify.dumps`), and ends the
-  process (the ranks of a job meet first, through files, so none dies in a peer's collective); a script
-  that ends before ``K`` steps is recorded at exit.
+  process (the ranks of a job meet first, through files, so none dies in a peer's collective), or, with
+  ``DPMIGRATE_VERIFY_TO_END``, lets the script go on unrecorded to its end or a time bound (:func:`.leaving.go_on`) and
+  says how it ended (``END_FILE``); a script that ends before ``K`` steps is recorded at exit (``os._exit`` too).
 
 Adapters call :meth:`Recorder.track` when an optimizer first steps, :meth:`Recorder.boundary` at step
 boundaries and :meth:`Recorder.consumed` for inputs. Standard library only until NumPy is needed.
@@ -31,22 +32,22 @@ import importlib.util
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from .. import dumps
-from . import fingerprint, sample_draws
+from . import files, fingerprint, leaving, sample_draws
 from .after_import import AfterImport
-from .children import end_children
 
 ENV_OUT = "DPMIGRATE_VERIFY_OUT"
 ENV_SCRIPT = "DPMIGRATE_VERIFY_SCRIPT"
 ENV_STEPS = "DPMIGRATE_VERIFY_STEPS"
 ENV_PARENT = "DPMIGRATE_VERIFY_PARENT"  # the pid of the script's process, for the processes it starts
+ENV_TO_END = "DPMIGRATE_VERIFY_TO_END"  # seconds the run goes on past step K (0 or unset: it ends at step K)
+END_FILE = "end.json"  # how the run went on past step K: {"ended": "exit" | "bound" | "os._exit(N)", "steps": n}
 BASE_SEED = 1234
-BARRIER_TIMEOUT_S = 120.0
 CHILD_MARK = "trained-in-a-child-process"
+RANDOM_TRACE_STEPS = 200  # steps whose generators' states are kept (the comparison reads the first K)
 SOURCE_PREFERENCE = ("step", "feed", "loader", "model")  # what a step consumed, best evidence first
 
 _recorder: Recorder | None = None
@@ -79,8 +80,11 @@ class Recorder:
         self.changes: dict[str, None] = {}
         self.random_states: list[Callable[[], bytes]] = []  # the framework's generator state (adapters add it)
         self.random_steps: list[int] = []  # steps during which a global generator advanced
-        self._last_random: bytes | None = None
+        self.random_trace: dict[str, dict[str, str]] = {}  # step -> {generator that advanced: its state's digest}
+        self._last_random: dict[str, bytes] | None = None
         self.finished = False
+        self.to_end = float(os.environ.get(ENV_TO_END) or 0)  # > 0: go on past step K, at most this long
+        self.ended = False  # END_FILE written
         self.pid = os.getpid() if pid is None else pid  # another pid: a child of the script (records nothing)
         self._lock = threading.RLock()
 
@@ -172,31 +176,59 @@ class Recorder:
                 self._snapshot(completed)
             if self.wanted and completed >= self.wanted:  # (wanted 0: every step, to the script's end)
                 self.finish("steps")
+                if self.to_end > 0:  # the record is written: the script goes on, unrecorded, to its end or the bound
+                    leaving.go_on(self)
+                    return
         if self.finished:
-            leave(self)
+            leaving.leave(self)
+
+    def end(self, how: str) -> None:
+        """Say how the run went on past step K (once, in the script's own process): it exited, reached the bound,
+        or ended itself with ``os._exit``; with the optimizer steps it made in all."""
+        if not self.to_end or self.ended or os.getpid() != self.pid:
+            return
+        self.ended = True
+        try:
+            steps = self.steps_total()
+        except Exception:
+            steps = None
+        try:
+            import json
+
+            (self.folder / END_FILE).write_text(json.dumps({"ended": how, "steps": steps}))
+        except OSError:
+            pass
 
     def _note_random_draws(self, step: int) -> None:
         """Whether Python's, NumPy's or the framework's global generator advanced since the last boundary: random
         draws inside training (noise, masking, augmentation), which differ between 1 process and N ranks."""
         now = self._random_digest()
-        if self._last_random is not None and now != self._last_random and step >= 1 and step not in self.random_steps:
-            self.random_steps.append(step)
+        if self._last_random is not None and step >= 1:
+            advanced = {name: digest.hex() for name, digest in now.items() if self._last_random.get(name) != digest}
+            if advanced and step not in self.random_steps:
+                self.random_steps.append(step)
+            if advanced and len(self.random_trace) < RANDOM_TRACE_STEPS:  # which generators drew, and their state
+                self.random_trace.setdefault(str(step), {}).update(advanced)  # after: equal on two ranks = same draws
         self._last_random = now
 
-    def _random_digest(self) -> bytes:
+    def _random_digest(self) -> dict[str, bytes]:
+        """A digest of each global generator's state: Python's, NumPy's, the framework's."""
         import hashlib
         import random
 
-        digest = hashlib.blake2b(repr(random.getstate()).encode(), digest_size=16)
+        def digest(data: bytes) -> bytes:
+            return hashlib.blake2b(data, digest_size=16).digest()
+
+        parts = {"python": digest(repr(random.getstate()).encode())}
         numpy = sys.modules.get("numpy")
         if numpy is not None:
-            digest.update(repr(numpy.random.get_state(legacy=True)).encode())
-        for state in self.random_states:
+            parts["numpy"] = digest(repr(numpy.random.get_state(legacy=True)).encode())
+        for i, state in enumerate(self.random_states):
             try:
-                digest.update(state())
+                parts[self.framework or f"generator {i}"] = digest(state())
             except Exception:
                 pass
-        return digest.digest()
+        return parts
 
     def _in_child(self) -> bool:
         """A process forked from the script's (Hogwild, a DataLoader worker) records nothing; it leaves a mark
@@ -285,31 +317,9 @@ class Recorder:
                 snapshots=sorted(self.snapshots), steps=last, optimizers=len(self._optimizers),
                 inputs=steps_inputs, stop=reason, batchnorm=self.batchnorm, changes=list(self.changes),
                 random_steps=[s for s in self.random_steps if s <= last], optimizer_kinds=self.optimizer_kinds,
-                child_processes=(self.folder / CHILD_MARK).exists())
+                random_trace={k: v for k, v in self.random_trace.items() if int(k) <= last},
+                child_processes=(self.folder / CHILD_MARK).exists(), files=files.record())
             record.write(self.folder)
-
-
-def leave(recorder: Recorder) -> None:
-    """End the process after its record is written; the ranks of a job meet first (files, not sockets)."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    if recorder.world_size > 1:
-        mine = recorder.out / f"done-{recorder.rank}"
-        mine.touch()
-        deadline = time.monotonic() + BARRIER_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if all((recorder.out / f"done-{r}").exists() for r in range(recorder.world_size)):
-                break
-            time.sleep(0.02)
-    end_children()
-    os._exit(0)
-
-
-
-# --- activation -----------------------------------------------------------------------------------------
 
 
 def _is_the_script() -> bool:
@@ -372,6 +382,8 @@ def activate() -> Recorder | None:
         "keras": adapter("tensorflow", "install_keras"),
     }))
     if not child:
-        atexit.register(recorder.finish, "exit")
+        files.install(recorder, os.environ[ENV_SCRIPT])  # (before the script: its module level too)
+        atexit.register(recorder.end, "exit")
+        atexit.register(recorder.finish, "exit")  # (atexit runs last-registered first: the record, then the end)
+        leaving.wrap_os_exit(recorder)
     return recorder
-

@@ -34,6 +34,7 @@ import sys
 import threading
 import weakref
 
+from . import file_wrappers
 from .fingerprint import arrays, first_array
 
 _DROPOUT_FUNCTIONS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
@@ -45,7 +46,8 @@ _WRAPPERS = ("DataParallel", "TensorParallel", "ShardingParallel", "SegmentParal
 def install(paddle, recorder) -> None:
     recorder.framework = "paddle"
     paddle.seed(recorder.seed)
-    recorder.random_states.append(lambda: repr(paddle.get_rng_state()).encode())
+    # (a GeneratorState's repr is its address: its __getstate__ holds the seed, the offset and the engine's state)
+    recorder.random_states.append(lambda: repr([state.__getstate__() for state in paddle.get_rng_state()]).encode())
     guard = _Guard()
     layers = _Layers(paddle, recorder)
     _count_dygraph_steps(paddle, recorder, layers, guard)
@@ -53,6 +55,7 @@ def install(paddle, recorder) -> None:
     _no_dropout(paddle, recorder)
     _no_shuffle(paddle, recorder)
     _record_loader_batches(paddle, recorder)
+    file_wrappers.install_paddle(paddle, recorder)  # paddle.jit.save writes in C++; collectives order files
 
 
 class _Guard(threading.local):

@@ -41,6 +41,8 @@ import sys
 import threading
 import weakref
 
+from . import file_wrappers
+
 _state: dict = {"tf": None, "kerases": [], "steps": None}
 _REPLICA_SUFFIX = re.compile(r"(/replica_\d+)?(:\d+)?$")
 
@@ -56,6 +58,7 @@ def install(tf, recorder) -> None:
     _no_shuffle(tf, recorder)
     _record_dataset_elements(tf, recorder, steps)
     _no_nn_dropout(tf, recorder)
+    file_wrappers.install_tensorflow(tf, recorder)  # tf.io.gfile works in C++
     pending, _state["kerases"] = _state["kerases"], []
     for module in pending:
         _install_keras_now(module, recorder)
@@ -73,6 +76,7 @@ def _install_keras_now(keras, recorder) -> None:
     from . import _tf_keras
 
     _tf_keras.install(keras, _state["tf"], recorder, _state["steps"])
+    file_wrappers.install_keras(keras, recorder)  # Model.save writes h5 and SavedModels in C++
 
 
 def _quietly(what: str):

@@ -18,6 +18,8 @@ import functools
 import itertools
 import weakref
 
+from . import file_wrappers
+
 _DROPOUT_FUNCTIONS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
 
@@ -31,6 +33,7 @@ def install(torch, recorder) -> None:
     _no_dropout(torch, recorder)
     _no_shuffle(torch, recorder)
     _record_loader_batches(torch, recorder)
+    file_wrappers.install_torch(torch, recorder)  # torch.save to a path writes in C++; collectives order files
 
 
 def _to_numpy(torch):
