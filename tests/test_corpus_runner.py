@@ -124,3 +124,24 @@ def test_the_committed_manifest_is_valid_and_split_by_the_rule():
     entries = corpus.load_manifest()
     per = {f: sum(e["framework"] == f for e in entries) for f in corpus.FRAMEWORKS}
     assert len(entries) >= 100 and min(per.values()) >= 25, per
+
+
+def test_a_snapshot_without_its_large_files_still_gives_back_the_script(tmp_path):
+    """Snapshots lack files of 4 MiB and more (a data set, a PDF): the tree comes back without them."""
+    mirrors = tmp_path / "mirrors"
+    commit = _snapshot(mirrors, "jdoe/big", {"train.py": TRAIN, "data/huge.bin": "pretend this is 40 MB\n"})
+    bare = mirrors / "jdoe+big" / "repo"
+    blob = subprocess.run(["git", "--git-dir", str(bare), "rev-parse", f"{commit}:data/huge.bin"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    loose = bare / "objects" / blob[:2] / blob[2:]
+    if not loose.exists():  # (a packed clone: unpack it so the one object can go)
+        for pack in (bare / "objects" / "pack").glob("*.pack"):
+            moved = tmp_path / pack.name
+            pack.rename(moved)
+            (bare / "objects" / "pack" / pack.with_suffix(".idx").name).unlink()
+            subprocess.run(["git", "--git-dir", str(bare), "unpack-objects", "-q"], stdin=moved.open("rb"), check=True)
+    loose.unlink()
+    entry = {"id": "big", "framework": "torch", "repo": "jdoe/big", "commit": commit, "path": "train.py"}
+    script = corpus.materialize(entry, mirrors, tmp_path / "cache")
+    assert script.read_text() == textwrap.dedent(TRAIN).lstrip()
+    assert not (script.parent / "data" / "huge.bin").exists()
