@@ -58,7 +58,7 @@ def _result(code: str, tmp_path: Path, **kwargs) -> dict:
     """Run ``code``; the JSON object its last line of output prints."""
     proc = _run(code, tmp_path, **kwargs)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "dpmigrate corpus shim: could not patch" not in proc.stderr, proc.stderr[-5000:]
+    assert "dpmigrate corpus shim: could not prepare" not in proc.stderr, proc.stderr[-5000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 class AfterImport(importlib.abc.MetaPathFinder):
     """Runs a callback when a module (a package or one of its modules) has finished importing (the module exists, fully built)."""
 
-    def __init__(self, callbacks: dict[str, Callable[[object], None]]):
-        self.callbacks = callbacks
+    def __init__(self, callbacks: dict[str, Callable[[object], None]], who: str = "dpmigrate verify: harness"):
+        self.callbacks, self.who = callbacks, who  # who: the name a failed callback's message gives
         self._busy: set[str] = set()
 
     def find_spec(self, fullname, path, target=None):
@@ -31,13 +31,13 @@ class AfterImport(importlib.abc.MetaPathFinder):
             self._busy.discard(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _Then(spec.loader, callback, fullname)
+        spec.loader = _Then(spec.loader, callback, fullname, self.who)
         return spec
 
 
 class _Then(importlib.abc.Loader):
-    def __init__(self, loader, callback, name):
-        self.loader, self.callback, self.name = loader, callback, name
+    def __init__(self, loader, callback, name, who):
+        self.loader, self.callback, self.name, self.who = loader, callback, name, who
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
@@ -47,8 +47,11 @@ class _Then(importlib.abc.Loader):
         if module.__spec__ is not None:
             module.__spec__.loader = self.loader
         self.loader.exec_module(module)
-        try:
-            self.callback(module)
-        except Exception as e:  # the harness must never be what breaks a run: say it, go on
-            print(f"dpmigrate verify: harness: could not prepare {self.name}: {type(e).__name__}: {e}",
-                  file=sys.stderr, flush=True)
+        run_callback(self.callback, module, self.name, self.who)
+
+
+def run_callback(callback: Callable[[object], None], module, name: str, who: str) -> None:
+    try:
+        callback(module)
+    except Exception as e:  # never what breaks a run: say it, go on
+        print(f"{who}: could not prepare {name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
