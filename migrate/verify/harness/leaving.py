@@ -23,14 +23,18 @@ _real_exit = os._exit  # the harness's own way out (os._exit is wrapped while a 
 
 def leave(recorder: Recorder) -> None:
     """End the process after its record is written; the ranks of a job meet first (files, not sockets)."""
+    _flush()
+    _meet(recorder, "done")
+    end_children()
+    _real_exit(0)
+
+
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:
             pass
-    _meet(recorder, "done")
-    end_children()
-    _real_exit(0)
 
 
 def _meet(recorder: Recorder, name: str) -> None:
@@ -52,11 +56,7 @@ def go_on(recorder: Recorder) -> None:
 
     def at_the_bound():
         recorder.end("bound")
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
+        _flush()
         _meet(recorder, "bound")
         end_children()
         _real_exit(0)
