@@ -314,7 +314,8 @@ def test_stdin_check_may_put_a_json_report_on_stdout(project, monkeypatch, capsy
     feed_stdin(monkeypatch, TORCH_SCRIPT)
     assert main(["--check", "--report", "json", "--stdin-filename", "t.py", "-"]) == 1
     report = json.loads(capsysbinary.readouterr().out)
-    assert report["files"] == [{"path": "t.py", "framework": "torch", "changed": True, "failure": None}]
+    assert report["files"] == [{"path": "t.py", "framework": "torch", "changed": True, "left_alone": None,
+                                "failure": None}]
 
 
 def test_stdin_that_does_not_parse_exits_2_and_is_echoed(project, monkeypatch, capsysbinary):
