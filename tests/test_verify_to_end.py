@@ -127,14 +127,15 @@ def test_a_script_ending_itself_with_os_exit_leaves_its_record(tmp_path, monkeyp
 
 
 def _ends(folder, *ends):
-    for rank, (how, steps) in enumerate(ends):
+    for rank, (how, steps, *seconds) in enumerate(ends):
         (folder / f"rank{rank}").mkdir(parents=True)
-        (folder / f"rank{rank}" / "end.json").write_text(json.dumps({"ended": how, "steps": steps}))
+        (folder / f"rank{rank}" / "end.json").write_text(json.dumps({"ended": how, "steps": steps,
+                                                                      "seconds": seconds[0] if seconds else None}))
     return folder
 
 
 def test_a_rank_that_made_every_step_but_never_ended_is_a_hang(tmp_path):
-    single = _ends(tmp_path / "single", ("exit", 40))
+    single = _ends(tmp_path / "single", ("exit", 40, 4.0))
     job = _ends(tmp_path / "job", ("bound", 40), ("exit", 40))
     judged = ending.judge(3, 30, single, job, 2, 0, 0)
     assert judged.failure.startswith("rank 0 of the conversion made all the original's 40 steps but did not end "
@@ -166,3 +167,11 @@ def test_an_original_that_fails_late_itself_leaves_the_conversion_unjudged(tmp_p
     judged = ending.judge(3, 60, single, job, 2, 1, 1)
     assert judged.failure == ""
     assert judged.lines[-1] == "the original itself fails after step K: the end of the conversion is not compared"
+
+
+def test_a_rank_still_ending_when_the_original_took_most_of_the_bound_is_no_hang(tmp_path):
+    # the original took 15 s past step K to end (a final evaluation): 2 ranks on shared cores may well take over 20
+    single = _ends(tmp_path / "single", ("exit", 80, 15.0))
+    job = _ends(tmp_path / "job", ("exit", 80), ("bound", 80))
+    judged = ending.judge(3, 20, single, job, 2, 0, 0)
+    assert judged.failure == "", judged.failure

@@ -44,7 +44,7 @@ ENV_SCRIPT = "DPMIGRATE_VERIFY_SCRIPT"
 ENV_STEPS = "DPMIGRATE_VERIFY_STEPS"
 ENV_PARENT = "DPMIGRATE_VERIFY_PARENT"  # the pid of the script's process, for the processes it starts
 ENV_TO_END = "DPMIGRATE_VERIFY_TO_END"  # seconds the run goes on past step K (0 or unset: it ends at step K)
-END_FILE = "end.json"  # how the run went on past step K: {"ended": "exit" | "bound" | "os._exit(N)", "steps": n}
+END_FILE = "end.json"  # past step K: {"ended": "exit" | "bound" | "os._exit(N)", "steps": n, "seconds": s past K}
 BASE_SEED = 1234
 CHILD_MARK = "trained-in-a-child-process"
 RANDOM_TRACE_STEPS = 200  # steps whose generators' states are kept (the comparison reads the first K)
@@ -85,6 +85,7 @@ class Recorder:
         self.finished = False
         self.to_end = float(os.environ.get(ENV_TO_END) or 0)  # > 0: go on past step K, at most this long
         self.ended = False  # END_FILE written
+        self.past_k: float | None = None  # when the run went on past step K (time.monotonic())
         self.pid = os.getpid() if pid is None else pid  # another pid: a child of the script (records nothing)
         self._lock = threading.RLock()
 
@@ -194,8 +195,10 @@ class Recorder:
             steps = None
         try:
             import json
+            import time
 
-            (self.folder / END_FILE).write_text(json.dumps({"ended": how, "steps": steps}))
+            seconds = None if self.past_k is None else round(time.monotonic() - self.past_k, 2)
+            (self.folder / END_FILE).write_text(json.dumps({"ended": how, "steps": steps, "seconds": seconds}))
         except OSError:
             pass
 

@@ -54,6 +54,8 @@ def go_on(recorder: Recorder) -> None:
     process the way :func:`leave` does, the ranks meeting first. The timer is a thread of its own: it fires while
     the main thread waits in a collective (a hang), which the step count then shows."""
 
+    recorder.past_k = time.monotonic()
+
     def at_the_bound():
         recorder.end("bound")
         _flush()
