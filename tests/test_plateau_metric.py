@@ -97,7 +97,8 @@ def test_without_the_rule_the_fixture_diverges_from_one_process(fixture, steps, 
     converted = subprocess.run([sys.executable, "-m", "dpmigrate", "--batch", "global", "--ignore", "plateau-metric",
                                 "-o", str(tmp_path / "ignored"), str(script)], capture_output=True, text=True, timeout=120)
     assert converted.returncode == 1 and "plateau-metric" not in converted.stderr, converted.stderr  # 1: changed
-    proc = subprocess.run([sys.executable, "-m", "dpmigrate", "verify", "-n", "2", "--steps", str(steps), "--against",
+    proc = subprocess.run([sys.executable, "-m", "dpmigrate", "verify", "-n", "2", "--steps", str(steps), "--to-end", "0",
+                           "--against",
                            str(tmp_path / "ignored" / "train.py"), str(script)],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 1 and "diverges after step" in proc.stderr, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -126,8 +126,8 @@ def _verify(tmp_path, monkeypatch, original: str, converted: str | None, *args: 
         (folder / "train.py").write_text(textwrap.dedent(converted))
         against = ["--against", str(folder / "train.py")]
     report = tmp_path / "verify.json"
-    code = main(["train.py", *against, "-n", "2", "--steps", steps, "--timeout", "300", "--report", "json",
-                 "--report-file", str(report), "--", *args])
+    code = main(["train.py", *against, "-n", "2", "--steps", steps, "--timeout", "300", "--to-end", "0",
+                 "--report", "json", "--report-file", str(report), "--", *args])
     data = json.loads(report.read_text())
     assert data["exit_code"] == code, data
     return data

@@ -68,7 +68,7 @@ def _write(path: Path, text: str) -> Path:
 
 def _dpmigrate(cwd: Path, *argv: str, timeout: float = 400) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "dpmigrate", "verify", *argv], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "dpmigrate", "verify", "--to-end", "0", *argv], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -187,7 +187,8 @@ def test_ctrl_c_stops_the_running_verifies_and_prints_the_table_of_those_finishe
     _write(tmp_path / "list.txt", f"TOY_PID_FILE={pid_file} sleeps.py\nbroken.py\n")
     err = tmp_path / "stderr.txt"
     with open(err, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "dpmigrate", "verify", "--from", "list.txt", "-j", "2"],
+        process = subprocess.Popen([sys.executable, "-m", "dpmigrate", "verify", "--from", "list.txt", "-j", "2",
+                                    "--to-end", "0"],
                                    cwd=tmp_path, stderr=out, env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.monotonic() + 120
     while not (pid_file.exists() and "[1/2]" in err.read_text()) and time.monotonic() < deadline:

@@ -35,7 +35,8 @@ def _verify(tmp_path, monkeypatch, script: str, steps: int = 2, against: str | N
     monkeypatch.chdir(tmp_path)
     report = tmp_path / "report.json"
     already = {m for m in FRAMEWORKS if m in sys.modules}
-    argv = ["-n", "2", "--steps", str(steps), "--timeout", "300", "--report", "json", "--report-file", str(report)]
+    argv = ["-n", "2", "--steps", str(steps), "--timeout", "300", "--to-end", "0", "--report", "json",
+            "--report-file", str(report)]
     code = main([*argv, *(["--against", against] if against else []), script, "--", *BATCH])
     assert {m for m in FRAMEWORKS if m in sys.modules} == already  # the frameworks live in the runs only
     outcome = json.loads(report.read_text())
@@ -144,7 +145,7 @@ def test_a_run_stopped_after_k_steps_leaves_no_dataloader_worker_behind(tmp_path
     (tmp_path / "train.py").write_text(WORKERS)
     marker = f"verify-orphans-{secrets.token_hex(6)}"
     monkeypatch.chdir(tmp_path)
-    code = main(["-n", "2", "--steps", "2", "--timeout", "300", "train.py", "--", marker])
+    code = main(["-n", "2", "--steps", "2", "--timeout", "300", "--to-end", "0", "train.py", "--", marker])
     assert code == 0
 
     def ours() -> list[int]:

@@ -29,8 +29,8 @@ CASE = FIXTURES / "torch" / "synthetic_mnist"
 def _verify(tmp_path, monkeypatch, script, *script_args, against=None, steps=3, nproc=2):
     monkeypatch.chdir(tmp_path)
     report = tmp_path / "verify.json"
-    argv = [str(script), "-n", str(nproc), "--steps", str(steps), "--timeout", "240", "--report", "json",
-            "--report-file", str(report)]
+    argv = [str(script), "-n", str(nproc), "--steps", str(steps), "--timeout", "240", "--to-end", "0", "--report",
+            "json", "--report-file", str(report)]
     if against is not None:
         argv += ["--against", str(against)]
     code = main([*argv, "--", *script_args])
@@ -189,7 +189,7 @@ def test_batch_normalisation_is_named_with_its_layer(tmp_path, monkeypatch):
 def test_the_text_report_fits_one_screen(tmp_path, monkeypatch, capsys):
     script = _original(tmp_path)
     monkeypatch.chdir(tmp_path)
-    assert main([str(script), "--steps", "2", "--", "--batch-size", "32"]) == 0
+    assert main([str(script), "--steps", "2", "--to-end", "0", "--", "--batch-size", "32"]) == 0
     text = capsys.readouterr().err
     assert "equivalent: max |dw|" in text
     assert "each step's 32 samples split 16 + 16 over the ranks, disjoint (2 of 2 steps, loader batches)" in text

@@ -120,7 +120,7 @@ def _verify(tmp_path, monkeypatch, body, *extra):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(body).lstrip())
     report = tmp_path / "verify.json"
-    code = main([str(script), "--timeout", "240", "--report", "json", "--report-file", str(report), *extra])
+    code = main([str(script), "--timeout", "240", "--to-end", "0", "--report", "json", "--report-file", str(report), *extra])
     data = json.loads(report.read_text())
     assert data["exit_code"] == code, data
     return data

@@ -26,12 +26,16 @@ DEFAULT_STEPS = 24
 
 
 def verify(tmp_path: Path, monkeypatch, script: Path, *script_args: str, against: Path | None = None,
-           steps: int = DEFAULT_STEPS, nproc: int = 2, timeout: float = 240, flags: tuple[str, ...] = ()) -> dict:
-    """Run ``dpmigrate verify`` in-process (the runs are subprocesses) from ``tmp_path``; its JSON report."""
+           steps: int = DEFAULT_STEPS, nproc: int = 2, timeout: float = 240, flags: tuple[str, ...] = (),
+           to_end: float = 0) -> dict:
+    """Run ``dpmigrate verify`` in-process (the runs are subprocesses) from ``tmp_path``; its JSON report.
+
+    Both runs stop at step K unless ``to_end`` says otherwise: what happens past K has tests of its own
+    (``test_verify_to_end.py``), and running every fixture to its end doubled the slow pass."""
     monkeypatch.chdir(tmp_path)
     report = tmp_path / "verify.json"
     argv = [str(script), "-n", str(nproc), "--steps", str(steps), "--timeout", f"{timeout:g}", "--report", "json",
-            "--report-file", str(report), *flags]
+            "--report-file", str(report), "--to-end", f"{to_end:g}", *flags]
     if against is not None:
         argv += ["--against", str(against)]
     code = main([*argv, "--", *script_args])
