@@ -68,8 +68,8 @@ def _write(path: Path, text: str) -> Path:
 
 def _dpmigrate(cwd: Path, *argv: str, timeout: float = 400) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "dpmigrate", "verify", "--to-end", "0", *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "dpmigrate", "verify", "--to-end", "0", *argv], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def _gone(pid: int, within: float = 10.0) -> bool:

@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import compare, dumps, ending, runs
+from . import compare, dumps, ending, runs, shares
 from .report import Outcome, headline, render_json, render_text
 
 FRAMEWORKS = ("auto", "torch", "tensorflow", "paddle")
@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("-j and --script-timeout go with a folder of scripts or --from LIST, not with one script")
     outcome = verify(Path(args.script), args.nproc, args.steps, args.tolerance, args.framework, script_args,
                      against=Path(args.against) if args.against else None, timeout_s=args.timeout, keep=args.keep,
-                     conversion_flags=("--sync-batchnorm",) if args.sync_batchnorm else (), to_end_s=args.to_end)
+                     conversion_flags=("--sync-batchnorm",) if args.sync_batchnorm else (), to_end_s=args.to_end,
+                     shuffle_pass=not args.no_shares_pass)
     text = render_json(outcome) if args.report == "json" else render_text(outcome)
     if args.report_file:
         Path(args.report_file).write_text(text)
@@ -98,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--to-end", type=float, default=120.0, metavar="S", help="after the K compared steps, each run "
                    "goes on, unrecorded, to its end or for at most S s more, so a later crash or hang is seen (default "
                    "120; 0 stops both at step K)")
+    p.add_argument("--no-shares-pass", action="store_true", help="skip the third run: the conversion with the "
+                   "script's shuffling left on, which checks that the ranks' shares of an epoch are disjoint and "
+                   "cover the data (it runs only when the script shuffles)")
     p.add_argument("--tolerance", type=float, default=1e-5, help="largest parameter difference allowed (default 1e-5)")
     p.add_argument("--framework", choices=FRAMEWORKS, default="auto", help="default: from the script's imports")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="time limit of each run (default 600)")
@@ -117,13 +121,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def verify(script: Path, nproc: int, steps: int, tolerance: float, framework: str, script_args: list[str], *,
            against: Path | None = None, timeout_s: float = 600.0, keep: bool = False,
-           conversion_flags: tuple[str, ...] = (), to_end_s: float = 0.0) -> Outcome:
+           conversion_flags: tuple[str, ...] = (), to_end_s: float = 0.0, shuffle_pass: bool = True) -> Outcome:
     outcome = Outcome(str(script), framework, nproc, steps, tolerance, "error", "")
     work = Path(tempfile.mkdtemp(prefix="dpmigrate-verify-"))  # 0700, random name
     try:
         outcome.framework = _framework(script, framework, against)
         _compare_runs(outcome, work, script, script_args, against, timeout_s, conversion_flags,
-                      to_end_s if steps else 0.0)
+                      to_end_s if steps else 0.0, shuffle_pass)
     except CannotRun as e:
         outcome.verdict, outcome.headline, outcome.details = "error", f"could not run: {e}", e.details
     except _Diverges as e:
@@ -173,7 +177,7 @@ def _framework(script: Path, framework: str, against: Path | None) -> str:
 
 
 def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against: Path | None, timeout_s: float,
-                  conversion_flags: tuple[str, ...] = (), to_end_s: float = 0.0):
+                  conversion_flags: tuple[str, ...] = (), to_end_s: float = 0.0, shuffle_pass: bool = True):
     script = script.resolve()
     if against is None:
         converted, o.conversion = _convert(script, work, o.framework, conversion_flags)
@@ -215,6 +219,9 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
     unproven = _unproven(c)
     if unproven:
         o.verdict, o.headline = "inconclusive", f"inconclusive: {unproven}"
+    if shuffle_pass and any(change.startswith("shuffling off") for change in
+                            dumps.Record.read(dumps.rank_folder(job_out, 0)).changes):
+        _shares_pass(o, work, converted, args, timeout_s, one)
     if to_end_s:
         end = ending.judge(o.steps, to_end_s, single_out, job_out, o.nproc, original.returncode, job.returncode)
         o.ending = end.lines
@@ -223,6 +230,36 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
             o.details = [*job.rank_errors(), *job.tail()]
     if said and o.headline.startswith("diverges: the weights match"):
         o.headline += ", as the conversion says (no speed-up, not a fault)"
+
+
+def _shares_pass(o: Outcome, work: Path, converted: Path, args: list[str], timeout_s: float,
+                 one: dumps.Record) -> None:
+    """The conversion once more, K steps with the script's shuffling on: are the ranks' shares of the first epoch
+    still disjoint and covering (:mod:`.shares`)? Its finding joins the comparison's causes."""
+    out = dumps.private_folder(work / "shuffled")
+    job = runs.run(runs.launch_argv(converted, args, o.nproc, work / "logs-shuffled", timeout_s, o.framework),
+                   runs.scratch_folder(work, "shuffled-cwd", Path.cwd()),
+                   runs.environment(out, converted, o.steps, o.framework, shuffled=True), work / "shuffled.log",
+                   timeout_s + 30)
+    if job.returncode != 0:
+        o.shares = f"shuffled: {_failed(f'the conversion on {o.nproc} processes with shuffling on', job, timeout_s)}"
+        o.verdict, o.headline = "diverges", f"diverges: {o.shares.removeprefix('shuffled: ')}, where it runs with " \
+                                             "shuffling off"
+        o.details = [*job.rank_errors(), *job.tail()]
+        return
+    try:
+        ranks = [dumps.Record.read(dumps.rank_folder(out, r)) for r in range(o.nproc)]
+    except FileNotFoundError:
+        o.shares = "shuffled: a rank recorded nothing with shuffling on: the shares are not proven"
+        return
+    found = shares.check(one, ranks)
+    o.shares = found.line
+    if found.cause is not None:
+        o.comparison.causes.append(found.cause)
+        if o.verdict != "diverges":
+            o.verdict = "diverges"
+            o.headline = (f"diverges: the weights match with shuffling off (max |dw| {o.comparison.max_difference:.1e})"
+                          f" but with the script's shuffling on the ranks' shares are wrong ({found.cause.kind})")
 
 
 def _unproven(c: compare.Comparison) -> str:

@@ -122,7 +122,8 @@ def shared_options(args: argparse.Namespace) -> list[str]:
     options = ["-n", str(args.nproc), "--steps", "all" if args.steps == 0 else str(args.steps),
                "--tolerance", repr(args.tolerance), "--framework", args.framework, "--timeout", repr(args.timeout),
                "--to-end", repr(args.to_end)]
-    return options + ["--sync-batchnorm"] * bool(args.sync_batchnorm) + ["--keep"] * bool(args.keep)
+    return options + ["--sync-batchnorm"] * bool(args.sync_batchnorm) + ["--keep"] * bool(args.keep) + [
+        "--no-shares-pass"] * bool(args.no_shares_pass)
 
 
 class Runner:

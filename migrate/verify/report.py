@@ -37,6 +37,7 @@ class Outcome:
     comparison: Comparison | None = None
     details: list[str] = dataclasses.field(default_factory=list)  # output tail of a failed run
     ending: list[str] = dataclasses.field(default_factory=list)  # how the runs went on past step K (--to-end)
+    shares: str = ""  # the shares pass: the ranks' parts of the first epoch with shuffling on (:mod:`.shares`)
     kept: str | None = None  # the work folder, when kept
 
     @property
@@ -65,6 +66,8 @@ def render_text(o: Outcome) -> str:
         lines.append(f"  data:       {_data_line(c)}")
     if o.harness:
         lines.append(f"  harness:    {'; '.join(o.harness)}")
+    if o.shares:
+        lines.append(f"  shuffled:   {o.shares.removeprefix('shuffled: ')}")
     for line in o.ending:
         lines.append(f"  past K:     {line}")
     for note in c.notes if c else ():
@@ -123,6 +126,7 @@ def render_json(o: Outcome) -> str:
         "framework": o.framework, "nproc": o.nproc, "steps": o.steps, "tolerance": o.tolerance,
         "conversion": o.conversion, "original_seconds": o.original_seconds, "converted_seconds": o.converted_seconds,
         "harness": o.harness, "details": o.details, "kept": o.kept, "ending": o.ending,
+        "shares": o.shares,
         "comparison": dataclasses.asdict(o.comparison) if o.comparison else None,
     }
     return json.dumps(data, indent=2) + "\n"

@@ -68,9 +68,10 @@ class Run:
         return [f"rank {rank}: {line}" for rank, line in sorted(last.items())]
 
 
-def environment(out: Path, script: Path, steps: int, framework: str, to_end_s: float = 0.0) -> dict[str, str]:
+def environment(out: Path, script: Path, steps: int, framework: str, to_end_s: float = 0.0,
+                shuffled: bool = False) -> dict[str, str]:
     """The run's environment: the user's, without any launcher's variables, plus the harness's (``to_end_s``: how
-    long the run goes on past step K, unrecorded)."""
+    long the run goes on past step K, unrecorded; ``shuffled``: the script's shuffling left on)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
     path = [str(BOOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
     env.update({
@@ -79,6 +80,8 @@ def environment(out: Path, script: Path, steps: int, framework: str, to_end_s: f
     })
     if to_end_s:
         env[core.ENV_TO_END] = f"{to_end_s:g}"
+    if shuffled:
+        env[core.ENV_SHUFFLED] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("PYTHONHASHSEED", _HASH_SEED)  # both runs order sets of strings alike, as one job's ranks do
     if framework == "tensorflow":

@@ -149,7 +149,8 @@ def _wrap_fit(model_class, tf, recorder) -> None:
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
         if not recorder.finished:
-            args, kwargs = _unshuffled(signature, tf, recorder, self, args, kwargs)
+            if not recorder.shuffled:
+                args, kwargs = _unshuffled(signature, tf, recorder, self, args, kwargs)
             record(self)
         return original(self, *args, **kwargs)
 

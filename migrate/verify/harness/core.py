@@ -11,7 +11,8 @@ launcher. The scripts themselves are not edited. It then:
   while rank 0's start, which a correct conversion broadcasts, is the original's; a library transform's draws
   for a sample (augmentation) are keyed by its index instead (:mod:`.sample_draws`), alike wherever it lands;
 - lets one adapter per framework (:mod:`.torch`, :mod:`.paddle`, :mod:`.tensorflow`) turn dropout and
-  shuffling off, count optimizer steps at the framework level (an optimizer the conversion forgot to
+  shuffling off (shuffling stays on in the shares pass, ``DPMIGRATE_VERIFY_SHUFFLED``), count optimizer steps
+  at the framework level (an optimizer the conversion forgot to
   wrap is still seen) and report what each step consumed;
 - after ``K`` optimizer steps (of every optimizer together), writes every trained parameter as it was after
   each step and the per-sample fingerprints of the inputs (:mod:`dpmigrate.verify.dumps`), and ends the
@@ -44,6 +45,7 @@ ENV_SCRIPT = "DPMIGRATE_VERIFY_SCRIPT"
 ENV_STEPS = "DPMIGRATE_VERIFY_STEPS"
 ENV_PARENT = "DPMIGRATE_VERIFY_PARENT"  # the pid of the script's process, for the processes it starts
 ENV_TO_END = "DPMIGRATE_VERIFY_TO_END"  # seconds the run goes on past step K (0 or unset: it ends at step K)
+ENV_SHUFFLED = "DPMIGRATE_VERIFY_SHUFFLED"  # "1": the shares pass, shuffling left on (:mod:`dpmigrate.verify.shares`)
 END_FILE = "end.json"  # past step K: {"ended": "exit" | "bound" | "os._exit(N)", "steps": n, "seconds": s past K}
 BASE_SEED = 1234
 CHILD_MARK = "trained-in-a-child-process"
@@ -83,6 +85,7 @@ class Recorder:
         self.random_trace: dict[str, dict[str, str]] = {}  # step -> {generator that advanced: its state's digest}
         self._last_random: dict[str, bytes] | None = None
         self.finished = False
+        self.shuffled = os.environ.get(ENV_SHUFFLED) == "1"  # adapters leave the script's shuffling on
         self.to_end = float(os.environ.get(ENV_TO_END) or 0)  # > 0: go on past step K, at most this long
         self.ended = False  # END_FILE written
         self.past_k: float | None = None  # when the run went on past step K (time.monotonic())

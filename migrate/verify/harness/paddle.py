@@ -53,7 +53,8 @@ def install(paddle, recorder) -> None:
     _count_dygraph_steps(paddle, recorder, layers, guard)
     _StaticSteps(paddle, recorder, guard)
     _no_dropout(paddle, recorder)
-    _no_shuffle(paddle, recorder)
+    if not recorder.shuffled:
+        _no_shuffle(paddle, recorder)
     _record_loader_batches(paddle, recorder)
     file_wrappers.install_paddle(paddle, recorder)  # paddle.jit.save writes in C++; collectives order files
 

@@ -50,12 +50,14 @@ _REPLICA_SUFFIX = re.compile(r"(/replica_\d+)?(:\d+)?$")
 def install(tf, recorder) -> None:
     recorder.framework = "tensorflow"
     _state["tf"] = tf
-    tf.random.set_seed(recorder.seed)
+    if not recorder.shuffled:  # (the shares pass keeps "no global seed": it decides what an op seed gives, and
+        tf.random.set_seed(recorder.seed)  # the runtime seeds the script's unseeded shuffles alike on every worker)
     steps = _Steps(tf, recorder)
     _state["steps"] = steps
     _after_function_calls(steps)
     _first_gradient(tf, steps)
-    _no_shuffle(tf, recorder)
+    if not recorder.shuffled:
+        _no_shuffle(tf, recorder)
     _record_dataset_elements(tf, recorder, steps)
     _no_nn_dropout(tf, recorder)
     file_wrappers.install_tensorflow(tf, recorder)  # tf.io.gfile works in C++

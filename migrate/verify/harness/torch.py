@@ -31,7 +31,8 @@ def install(torch, recorder) -> None:
     models = _Models(torch, recorder)
     _count_steps(torch, recorder, models)
     _no_dropout(torch, recorder)
-    _no_shuffle(torch, recorder)
+    if not recorder.shuffled:
+        _no_shuffle(torch, recorder)
     _record_loader_batches(torch, recorder)
     file_wrappers.install_torch(torch, recorder)  # torch.save to a path writes in C++; collectives order files
 
