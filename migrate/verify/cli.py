@@ -6,7 +6,8 @@
     dpmigrate verify --from LIST [-j N] [--script-timeout S] [the options above]
 
 Without ``--against``, a copy of the script (and of the local modules the conversion reads) is converted
-with ``--batch global`` and the project's ``[tool.dpmigrate]`` settings into a private temporary folder;
+with ``--batch global`` (or ``--batch per-device``: then the original runs with every batch N times larger,
+:mod:`.harness.batch_scale`) and the project's ``[tool.dpmigrate]`` settings into a private temporary folder;
 the user's files are untouched. The original then runs on one process and the conversion on N (the real
 launcher), each for K optimizer steps under the harness (:mod:`.harness`), and the records are compared
 (:mod:`.compare`). Exit 0: equivalent, or nothing to verify; 1: diverges; 2: could not run (bad
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("-j and --script-timeout go with a folder of scripts or --from LIST, not with one script")
     outcome = verify(Path(args.script), args.nproc, args.steps, args.tolerance, args.framework, script_args,
                      against=Path(args.against) if args.against else None, timeout_s=args.timeout, keep=args.keep,
-                     conversion_flags=("--sync-batchnorm",) if args.sync_batchnorm else (), to_end_s=args.to_end,
+                     conversion_flags=("--batch", args.batch, *("--sync-batchnorm",) * args.sync_batchnorm),
+                     to_end_s=args.to_end,
                      shuffle_pass=not args.no_shares_pass)
     text = render_json(outcome) if args.report == "json" else render_text(outcome)
     if args.report_file:
@@ -94,6 +96,11 @@ def _parser() -> argparse.ArgumentParser:
                    "scripts to their end (slower: it also sees what happens after step K, a late hang or crash)")
     p.add_argument("--against", metavar="CONVERTED", help="check this converted script (however it was made) "
                    "instead of converting a copy with --batch global")
+    p.add_argument("--batch", choices=("global", "per-device"), default="global", help="the conversion to check: "
+                   "global (default: the script's batch is split over the ranks; compared with the original as it is) "
+                   "or per-device (each rank reads the script's batch, as `dpmigrate` converts by default; compared "
+                   "with the original with every batch size multiplied by N: exact for mean losses without batch "
+                   "statistics)")
     p.add_argument("--sync-batchnorm", action="store_true", help="convert with --sync-batchnorm (synchronised "
                    "batch normalisation: Keras layers on the CPU; torch and Paddle run theirs on GPUs only)")
     p.add_argument("--to-end", type=float, default=120.0, metavar="S", help="after the K compared steps, each run "
@@ -121,7 +128,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def verify(script: Path, nproc: int, steps: int, tolerance: float, framework: str, script_args: list[str], *,
            against: Path | None = None, timeout_s: float = 600.0, keep: bool = False,
-           conversion_flags: tuple[str, ...] = (), to_end_s: float = 0.0, shuffle_pass: bool = True) -> Outcome:
+           conversion_flags: tuple[str, ...] = ("--batch", "global"), to_end_s: float = 0.0,
+           shuffle_pass: bool = True) -> Outcome:
     outcome = Outcome(str(script), framework, nproc, steps, tolerance, "error", "")
     work = Path(tempfile.mkdtemp(prefix="dpmigrate-verify-"))  # 0700, random name
     try:
@@ -177,7 +185,8 @@ def _framework(script: Path, framework: str, against: Path | None) -> str:
 
 
 def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against: Path | None, timeout_s: float,
-                  conversion_flags: tuple[str, ...] = (), to_end_s: float = 0.0, shuffle_pass: bool = True):
+                  conversion_flags: tuple[str, ...] = ("--batch", "global"), to_end_s: float = 0.0,
+                  shuffle_pass: bool = True):
     script = script.resolve()
     if against is None:
         converted, o.conversion = _convert(script, work, o.framework, conversion_flags)
@@ -187,9 +196,10 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
     here = Path.cwd()
     single_out, job_out = dumps.private_folder(work / "single"), dumps.private_folder(work / "job")
     placed = runs.place_copy(script, work, "original", runs.levels_above(script.parent))
+    scale = o.nproc if _per_device(conversion_flags) else 1  # its reference: the original, every batch N times larger
     original = runs.run(runs.original_argv(placed, args), runs.scratch_folder(work, "original-cwd", here),
-                        runs.environment(single_out, placed, o.steps, o.framework, to_end_s), work / "original.log",
-                        timeout_s)
+                        runs.environment(single_out, placed, o.steps, o.framework, to_end_s, batch_scale=scale),
+                        work / "original.log", timeout_s)
     o.original_seconds = original.seconds
     if original.returncode != 0 and not (to_end_s and ending.recorded_to_k(single_out)):
         raise CannotRun(_failed("the original", original, timeout_s) + _paths_hint(original), original.tail())
@@ -200,6 +210,10 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
     if one.steps == 0:
         raise _Inconclusive("no optimizer step seen in the original (nothing to compare: does it train?)",
                             original.tail())
+    if scale > 1 and not any(change.startswith("batch x") for change in one.changes):
+        raise _Inconclusive(f"--batch per-device: no batch size of the original could be multiplied by {o.nproc} (no "
+                            "DataLoader, BatchSampler, Dataset.batch or fit batch_size: batches cut by hand?), so there "
+                            "is no single-process reference; verify the --batch global conversion instead")
     env = runs.environment(job_out, converted, o.steps, o.framework, to_end_s)
     job = runs.run(runs.launch_argv(converted, args, o.nproc, work / "logs", timeout_s, o.framework),
                    runs.scratch_folder(work, "converted-cwd", here), env, work / "converted.log", timeout_s + 30)
@@ -230,6 +244,11 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
             o.details = [*job.rank_errors(), *job.tail()]
     if said and o.headline.startswith("diverges: the weights match"):
         o.headline += ", as the conversion says (no speed-up, not a fault)"
+
+
+def _per_device(flags: tuple[str, ...]) -> bool:
+    """The conversion keeps each rank's batch the script's (``--batch per-device``, or the converter's default)."""
+    return "global" not in [flags[i + 1] for i, flag in enumerate(flags[:-1]) if flag == "--batch"]
 
 
 def _shares_pass(o: Outcome, work: Path, converted: Path, args: list[str], timeout_s: float,
@@ -340,7 +359,7 @@ def _convert(script: Path, work: Path, framework: str, flags: tuple[str, ...] = 
     chain = [folder, *folder.parents][:runs.levels_above(folder) + 1]  # the script's folder and those it reaches up to
     target = work / "converted" / folder.relative_to(chain[-1])
     report = work / "conversion.json"
-    argv = [sys.executable, "-m", "dpmigrate", "-o", str(target), "--batch", "global", "--framework", framework, *flags,
+    argv = [sys.executable, "-m", "dpmigrate", "-o", str(target), "--framework", framework, *flags,
             "--report", "json", "--report-file", str(report), str(script)]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=os.getcwd())
     if done.returncode == 2 or not report.exists():
@@ -357,7 +376,7 @@ def _convert(script: Path, work: Path, framework: str, flags: tuple[str, ...] = 
     for original in chain:  # (each level's converted folder is there already: not linked)
         runs.place_beside(level, original)
         level = level.parent
-    policy = " ".join(("--batch global", *flags))
+    policy = " ".join(flags)
     said = (f"{policy}, {summary['changes']} changes, {summary['declined']} declined, {summary['errors']} "
             f"errors in {summary['files']} file{'s' if summary['files'] != 1 else ''} (`dpmigrate --diff {policy} "
             f"{script.name}` shows them)")

@@ -121,7 +121,7 @@ def shared_options(args: argparse.Namespace) -> list[str]:
     """The options every script's verify gets: the ones given to this command (``--steps`` already a number)."""
     options = ["-n", str(args.nproc), "--steps", "all" if args.steps == 0 else str(args.steps),
                "--tolerance", repr(args.tolerance), "--framework", args.framework, "--timeout", repr(args.timeout),
-               "--to-end", repr(args.to_end)]
+               "--to-end", repr(args.to_end), "--batch", args.batch]
     return options + ["--sync-batchnorm"] * bool(args.sync_batchnorm) + ["--keep"] * bool(args.keep) + [
         "--no-shares-pass"] * bool(args.no_shares_pass)
 

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from .harness import core
+from .harness.batch_scale import ENV as ENV_BATCH_SCALE
 
 BOOT = Path(__file__).parent / "boot"
 _HASH_SEED = str(secrets.randbelow(2**32))  # one per verify: the original and the conversion hash strings alike
@@ -69,7 +70,7 @@ class Run:
 
 
 def environment(out: Path, script: Path, steps: int, framework: str, to_end_s: float = 0.0,
-                shuffled: bool = False) -> dict[str, str]:
+                shuffled: bool = False, batch_scale: int = 1) -> dict[str, str]:
     """The run's environment: the user's, without any launcher's variables, plus the harness's (``to_end_s``: how
     long the run goes on past step K, unrecorded; ``shuffled``: the script's shuffling left on)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
@@ -82,6 +83,8 @@ def environment(out: Path, script: Path, steps: int, framework: str, to_end_s: f
         env[core.ENV_TO_END] = f"{to_end_s:g}"
     if shuffled:
         env[core.ENV_SHUFFLED] = "1"
+    if batch_scale > 1:  # the reference of a per-device conversion (:mod:`.harness.batch_scale`)
+        env[ENV_BATCH_SCALE] = str(batch_scale)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("PYTHONHASHSEED", _HASH_SEED)  # both runs order sets of strings alike, as one job's ranks do
     if framework == "tensorflow":

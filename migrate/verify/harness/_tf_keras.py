@@ -24,6 +24,7 @@ import functools
 import importlib
 import inspect
 
+from . import batch_scale
 from .tensorflow import _quietly, is_numeric
 
 _DROPOUT_LAYERS = {
@@ -70,6 +71,7 @@ def install(keras, tf, recorder, steps) -> None:
         return
     _note_owners(layer, steps)
     _wrap_fit(model, tf, recorder)
+    batch_scale.install_keras_fit(model, tf, recorder)
     for path in _DROPOUT_LAYERS[which]:
         _identity_call(_find(path), tf, recorder)
         if which == "keras":

@@ -41,7 +41,7 @@ import sys
 import threading
 import weakref
 
-from . import file_wrappers
+from . import batch_scale, file_wrappers
 
 _state: dict = {"tf": None, "kerases": [], "steps": None}
 _REPLICA_SUFFIX = re.compile(r"(/replica_\d+)?(:\d+)?$")
@@ -60,6 +60,7 @@ def install(tf, recorder) -> None:
         _no_shuffle(tf, recorder)
     _record_dataset_elements(tf, recorder, steps)
     _no_nn_dropout(tf, recorder)
+    batch_scale.install_tensorflow(tf, recorder)
     file_wrappers.install_tensorflow(tf, recorder)  # tf.io.gfile works in C++
     pending, _state["kerases"] = _state["kerases"], []
     for module in pending:
