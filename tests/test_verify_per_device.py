@@ -76,3 +76,32 @@ def test_batches_cut_by_hand_have_no_per_device_reference_and_say_so(tmp_path, m
     data = _verify_per_device(tmp_path, monkeypatch, HAND_CUT)
     assert data["verdict"] == "inconclusive" and data["exit_code"] == 3, data["headline"]
     assert "no batch size of the original could be multiplied by 2" in data["headline"], data["headline"]
+
+
+class _Changes:
+    def __init__(self):
+        self.said: list[str] = []
+
+    def changed(self, what: str) -> None:
+        self.said.append(what)
+
+
+def test_a_batch_size_given_or_defaulted_is_multiplied_and_said_and_other_arguments_are_left_alone():
+    from dpmigrate.verify.harness import batch_scale
+
+    def make(sampler, batch_size=1, drop_last=False):
+        return sampler, batch_size, drop_last
+
+    changes = _Changes()
+    scaled = batch_scale._scale_parameter(make, "batch_size", 4, changes, "BatchSampler", default=1)
+    assert scaled("s", 8) == ("s", 32, False) and scaled("s", batch_size=3, drop_last=True) == ("s", 12, True)
+    assert scaled("s") == ("s", 4, False)  # the default, scaled too
+    assert scaled("s", None) == ("s", None, False)  # no batch: nothing to scale
+    assert changes.said == ["batch x4 (the per-device reference): BatchSampler"] * 3
+
+
+def test_verify_checks_the_per_device_conversion_unless_asked_for_the_global_one():
+    from dpmigrate.verify.cli import _per_device
+
+    assert _per_device(("--batch", "per-device")) and _per_device(("--sync-batchnorm",))
+    assert not _per_device(("--batch", "global", "--sync-batchnorm"))
