@@ -218,3 +218,26 @@ def test_a_shuffle_seeded_by_the_rank_matches_with_shuffling_off_and_is_caught_w
     assert "the weights match with shuffling off" in data["headline"], data["headline"]
     check = data["comparison"]["data"]
     assert check["split"] == check["observed"] == 12  # the unshuffled comparison alone saw a right split
+
+
+def test_a_rank_that_reads_a_sample_twice_in_the_window_leaves_the_shares_unjudged():
+    """A batch peeked at before training, or repeat() before shuffle: one process reads repeats there too."""
+    found = shares.check(_record([["a", "b"], ["c", "d"], ["e", "f"]]),
+                         [_record([["a", "x"], ["a"], ["d"]]), _record([["x"], ["e"], ["f"]])])
+    assert found.cause is None and found.line.startswith("shuffled: rank 0 read a sample twice"), found.line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, judged", [
+    ("torch/outputs_and_stops", "disjoint"),  # a DataLoader(shuffle=True) the runtime shards (verdict: its noise)
+    ("paddle/hapi_loader_peeked", "not judged"),  # a batch peeked at before fit: rank 0 reads it again in fit
+    ("tensorflow/custom_loop_followed_data", "not judged"),  # repeat() before shuffle(): epochs mix in the buffer
+    ("tensorflow/keras_sequence_fit", "disjoint"),
+])
+def test_executed_fixtures_that_shuffle_keep_their_verdict_with_the_shares_pass(case, judged, tmp_path, monkeypatch):
+    from fixture_cases import FIXTURES
+    from verify_cases import assert_as_expected, verify_fixture
+
+    data = verify_fixture(FIXTURES / case, tmp_path, monkeypatch, shares_pass=True)
+    assert_as_expected(FIXTURES / case, data)
+    assert judged in data["shares"], data["shares"]

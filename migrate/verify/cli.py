@@ -233,8 +233,8 @@ def _compare_runs(o: Outcome, work: Path, script: Path, args: list[str], against
     unproven = _unproven(c)
     if unproven:
         o.verdict, o.headline = "inconclusive", f"inconclusive: {unproven}"
-    if shuffle_pass and any(change.startswith("shuffling off") for change in
-                            dumps.Record.read(dumps.rank_folder(job_out, 0)).changes):
+    if shuffle_pass and 0 < c.data.split == c.data.observed and any(  # (a split proven with shuffling off)
+            change.startswith("shuffling off") for change in dumps.Record.read(dumps.rank_folder(job_out, 0)).changes):
         _shares_pass(o, work, converted, args, timeout_s, one)
     if to_end_s:
         end = ending.judge(o.steps, to_end_s, single_out, job_out, o.nproc, original.returncode, job.returncode)

@@ -16,7 +16,9 @@ recorded when it never does. In that window:
 - **covering** (when the epoch is complete in the window): the ranks read as many different samples as the
   original's epoch has; with ``drop_last`` each may drop other samples, so the count is compared, not the set.
 
-Only steps whose inputs came from the data (a loader, ``train_step``, a feed) count: a model's inputs may be made by
+A rank that reads a sample twice in the window (a batch peeked at before training, ``repeat()`` before ``shuffle``,
+sampling with replacement) leaves the shares unjudged, and the report says so: one process would read repeats there
+too. Only steps whose inputs came from the data (a loader, ``train_step``, a feed) count: a model's inputs may be made by
 another network (a GAN's generated images). NumPy-free; the records are :mod:`dpmigrate.verify.dumps`'s.
 """
 
@@ -76,6 +78,12 @@ def check(one: dumps.Record, ranks: list[dumps.Record]) -> Shares:
         found.line = "shuffled: no input read from the data was seen on every rank: the shares are not proven"
         return found
     found.per_rank = [sum(c.values()) for c in read]
+    twice = next((rank for rank, c in enumerate(read) if any(n > 1 for n in c.values())), None)
+    if twice is not None:  # the window is not one pass over distinct samples: disjointness proves nothing there
+        found.line = (f"shuffled: rank {twice} read a sample twice within the first epoch's window of {found.steps} "
+                      "steps (a batch read before training, repeat() before shuffle, sampling with replacement): the "
+                      "shares are not judged")
+        return found
     owners = Counter(sample for c in read for sample in c)
     shared = [sample for sample, n in owners.items() if n > 1]
     found.overlap, found.distinct = len(shared), len(owners)
