@@ -9,13 +9,8 @@ no reference: inconclusive, with the way out. These scripts are ours (the shuffl
 
 from __future__ import annotations
 
-import json
-import textwrap
-
 import pytest
-from test_verify_shares import PADDLE, TORCH, _tf
-
-from dpmigrate.verify.cli import main
+from test_verify_shares import PADDLE, TORCH, _tf, _verify
 
 HAND_CUT = '''
     import torch
@@ -33,19 +28,7 @@ HAND_CUT = '''
 
 
 def _verify_per_device(tmp_path, monkeypatch, original: str, converted: str | None = None, *args: str) -> dict:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.py").write_text(textwrap.dedent(original))
-    against = []
-    if converted is not None:
-        (tmp_path / "hand").mkdir()
-        (tmp_path / "hand" / "train.py").write_text(textwrap.dedent(converted))
-        against = ["--against", str(tmp_path / "hand" / "train.py")]
-    report = tmp_path / "verify.json"
-    code = main(["train.py", *against, "--batch", "per-device", "-n", "2", "--steps", "7", "--to-end", "0",
-                 "--timeout", "300", "--report", "json", "--report-file", str(report), "--", *args])
-    data = json.loads(report.read_text())
-    assert data["exit_code"] == code, data
-    return data
+    return _verify(tmp_path, monkeypatch, original, converted, ("--batch", "per-device", "--steps", "7"), args)
 
 
 @pytest.mark.slow

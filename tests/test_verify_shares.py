@@ -176,7 +176,9 @@ def _tf(broken: bool) -> str:
         seed=", seed=1000 + dp.rank()", scope="", wrap="model = dp.distributed_model(model)")
 
 
-def _verify(tmp_path, monkeypatch, original: str, converted: str | None = None) -> dict:
+def _verify(tmp_path, monkeypatch, original: str, converted: str | None = None, flags: tuple[str, ...] = ("--steps", "12"),
+            args: tuple[str, ...] = ("--batch-size", "16")) -> dict:
+    """``dpmigrate verify`` of ``original`` (against a ``converted`` one when given) on 2 processes; its JSON report."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text(textwrap.dedent(original))
     against = []
@@ -185,8 +187,8 @@ def _verify(tmp_path, monkeypatch, original: str, converted: str | None = None) 
         (tmp_path / "hand" / "train.py").write_text(textwrap.dedent(converted))
         against = ["--against", str(tmp_path / "hand" / "train.py")]
     report = tmp_path / "verify.json"
-    code = main(["train.py", *against, "-n", "2", "--steps", "12", "--to-end", "0", "--timeout", "300", "--report",
-                 "json", "--report-file", str(report), "--", "--batch-size", "16"])
+    code = main(["train.py", *against, *flags, "-n", "2", "--to-end", "0", "--timeout", "300", "--report", "json",
+                 "--report-file", str(report), "--", *args])
     data = json.loads(report.read_text())
     assert data["exit_code"] == code, data
     return data
