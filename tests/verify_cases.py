@@ -32,10 +32,10 @@ def verify(tmp_path: Path, monkeypatch, script: Path, *script_args: str, against
 
     Both runs stop at step K unless ``to_end`` says otherwise, and the shares pass (a third run, shuffling on) runs
     only when ``shares_pass`` asks: what happens past K and with shuffling on have tests of their own
-    (``test_verify_to_end.py``, ``test_verify_shares.py``), and running both for every executed fixture took the
-    slow pass from 18 to 46 minutes. Every executed fixture passed the shares pass on 2026-12-07 (three after the
-    fixes of that day: a peeked batch and ``repeat()`` before ``shuffle`` leave the shares unjudged, a split not
-    proven without shuffling is not checked again)."""
+    (``test_verify_to_end.py``, ``test_verify_shares.py``), and each is one more multi-process run per fixture on a
+    2-core CI whose slow pass already takes most of its time. Every executed fixture passed the shares pass on
+    2026-12-07 (three after the fixes of that day: a peeked batch and ``repeat()`` before ``shuffle`` leave the
+    shares unjudged, a split not proven without shuffling is not checked again)."""
     monkeypatch.chdir(tmp_path)
     report = tmp_path / "verify.json"
     argv = [str(script), "-n", str(nproc), "--steps", str(steps), "--timeout", f"{timeout:g}", "--report", "json",
