@@ -183,3 +183,19 @@ def test_keras_around_fit_on_two_workers_shuffles_alike_predicts_alone_and_saves
     assert first["chief_path"] == str(tmp_path / "export")
     assert second["chief_path"] != first["chief_path"] and second["chief_path"].endswith("/export")
     assert not Path(second["chief_path"]).parent.exists()  # removed when the worker ended
+
+
+def test_a_script_seeded_globally_shuffles_alike_on_every_worker_and_from_job_to_job(tmp_path):
+    """The runtime seeds the script's unseeded shuffles alike on every worker; a script that set a global seed
+    (keras.utils.set_random_seed) keeps the job-to-job repeatability it had on one process (before: a new first
+    batch on every job, from worker 0's random seed)."""
+    orders = []
+    for job in ("first", "second"):
+        out = tmp_path / job
+        out.mkdir()
+        launch(str(JOBS / "tf_seeded_shuffle.py"), str(out), cwd=tmp_path)
+        orders.append([json.loads((out / f"order.rank{r}").read_text()) for r in (0, 1)])
+    assert orders[0] == orders[1]
+    zero, one = orders[0]
+    assert len(set(zero + one)) == 12 and set(zero + one) <= set(range(64))  # one shuffled stream, split
+    assert zero + one != list(range(12))  # shuffled at all

@@ -229,11 +229,63 @@ def test_a_rank_that_reads_a_sample_twice_in_the_window_leaves_the_shares_unjudg
     assert found.cause is None and found.line.startswith("shuffled: rank 0 read a sample twice"), found.line
 
 
+def test_repeats_the_script_reads_by_design_leave_the_shares_unjudged_wherever_they_land():
+    """repeat() before shuffle: the same job reads a repeat on one rank, the next on two; neither is a verdict."""
+    original = _record([["a", "b"], ["c", "d"], ["e", "f"]])
+    across = [_record([["a"], ["c"], ["e"]]), _record([["b"], ["a"], ["f"]])]  # a repeat on the other rank
+    assert shares.check(original, across).cause is not None  # without the note: taken for overlapping shares
+    across[1].repeats = ["Dataset.shuffle after repeat()"]
+    found = shares.check(original, across)
+    assert found.cause is None and "not judged" in found.line and "Dataset.shuffle after repeat()" in found.line
+
+
+SAMPLERS = """
+import sys
+from dpmigrate.verify.harness import repeats
+
+class Notes:
+    def __init__(self):
+        self.repeats = {}
+    def repeats_samples(self, what):
+        self.repeats.setdefault(what)
+
+notes = Notes()
+if sys.argv[1] == "tensorflow":
+    import tensorflow as tf
+    repeats.install_tensorflow(notes)
+    tf.data.Dataset.range(8).shuffle(8).repeat()  # shuffled within each epoch: no note
+    assert not notes.repeats, notes.repeats
+    tf.data.Dataset.range(8).map(lambda x: x + 1).repeat().batch(2).shuffle(4)
+else:
+    io = __import__("torch.utils.data" if sys.argv[1] == "torch" else "paddle.io", fromlist=["x"])
+    repeats.install_samplers(io, notes)
+    list(iter(io.RandomSampler(list(range(8)))))  # a permutation: no note
+    assert not notes.repeats, notes.repeats
+    list(iter(io.RandomSampler(list(range(8)), replacement=True, num_samples=8)))
+    list(iter(io.WeightedRandomSampler([1.0] * 8, 8)))
+print(sorted(notes.repeats))
+"""
+
+
+@pytest.mark.parametrize("framework, noted", [
+    ("torch", ["RandomSampler(replacement=True)", "WeightedRandomSampler(replacement=True)"]),
+    ("paddle", ["RandomSampler(replacement=True)", "WeightedRandomSampler(replacement=True)"]),
+    ("tensorflow", ["Dataset.shuffle after repeat()"]),
+])
+def test_the_harness_notes_the_data_idioms_that_repeat_samples_and_not_a_plain_shuffle(framework, noted):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", SAMPLERS, framework], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == repr(noted)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case, judged", [
     ("torch/outputs_and_stops", "disjoint"),  # a DataLoader(shuffle=True) the runtime shards (verdict: its noise)
     ("paddle/hapi_loader_peeked", "not judged"),  # a batch peeked at before fit: rank 0 reads it again in fit
-    ("tensorflow/custom_loop_followed_data", "not judged"),  # repeat() before shuffle(): epochs mix in the buffer
+    ("tensorflow/custom_loop_followed_data", "more than once per epoch (Dataset.shuffle after repeat())"),
     ("tensorflow/keras_sequence_fit", "disjoint"),
 ])
 def test_executed_fixtures_that_shuffle_keep_their_verdict_with_the_shares_pass(case, judged, tmp_path, monkeypatch):

@@ -76,6 +76,8 @@ class Record:
     random_trace: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
     # the process's file events and barriers (:mod:`dpmigrate.verify.harness.files`): {} in records made before them
     files: dict = dataclasses.field(default_factory=dict)
+    # what in the script reads a sample more than once per epoch by design ("Dataset.shuffle after repeat()")
+    repeats: list[str] = dataclasses.field(default_factory=list)
     schema: str = SCHEMA
 
     def write(self, folder: Path) -> None:

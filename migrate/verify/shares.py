@@ -16,9 +16,12 @@ recorded when it never does. In that window:
 - **covering** (when the epoch is complete in the window): the ranks read as many different samples as the
   original's epoch has; with ``drop_last`` each may drop other samples, so the count is compared, not the set.
 
-A rank that reads a sample twice in the window (a batch peeked at before training, ``repeat()`` before ``shuffle``,
-sampling with replacement) leaves the shares unjudged, and the report says so: one process would read repeats there
-too. Only steps whose inputs came from the data (a loader, ``train_step``, a feed) count: a model's inputs may be made by
+A script whose data reads samples more than once per epoch by design (``repeat()`` before ``shuffle``, sampling
+with replacement: :mod:`dpmigrate.verify.harness.repeats` notes them) leaves the shares unjudged, and the report says
+so: one process reads repeats there too, and the job's seed decides whether they land on one rank or on two. So does
+a rank that reads a sample twice in the window for a reason not noted (a batch peeked at before training).
+
+Only steps whose inputs came from the data (a loader, ``train_step``, a feed) count: a model's inputs may be made by
 another network (a GAN's generated images). NumPy-free; the records are :mod:`dpmigrate.verify.dumps`'s.
 """
 
@@ -78,6 +81,11 @@ def check(one: dumps.Record, ranks: list[dumps.Record]) -> Shares:
         found.line = "shuffled: no input read from the data was seen on every rank: the shares are not proven"
         return found
     found.per_rank = [sum(c.values()) for c in read]
+    by_design = sorted({what for record in [one, *ranks] for what in record.repeats})
+    if by_design:  # repeats across ranks are then what one process reads too, wherever the seed puts them
+        found.line = (f"shuffled: the script reads samples more than once per epoch ({', '.join(by_design)}): "
+                      f"the shares of the first epoch's window of {found.steps} steps are not judged")
+        return found
     twice = next((rank for rank, c in enumerate(read) if any(n > 1 for n in c.values())), None)
     if twice is not None:  # the window is not one pass over distinct samples: disjointness proves nothing there
         found.line = (f"shuffled: rank {twice} read a sample twice within the first epoch's window of {found.steps} "

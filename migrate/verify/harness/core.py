@@ -80,6 +80,7 @@ class Recorder:
         self.inputs: dict[int, dumps.Inputs] = {}
         self.batchnorm: list[str] = []
         self.changes: dict[str, None] = {}
+        self.repeats: dict[str, None] = {}  # what reads samples more than once per epoch by design
         self.random_states: list[Callable[[], bytes]] = []  # the framework's generator state (adapters add it)
         self.random_steps: list[int] = []  # steps during which a global generator advanced
         self.random_trace: dict[str, dict[str, str]] = {}  # step -> {generator that advanced: its state's digest}
@@ -129,6 +130,11 @@ class Recorder:
 
     def changed(self, what: str) -> None:
         self.changes.setdefault(what)
+
+    def repeats_samples(self, what: str) -> None:
+        """The script's data reads some samples more than once per epoch by design (``repeat()`` before
+        ``shuffle``, sampling with replacement): the shares pass cannot judge disjointness there."""
+        self.repeats.setdefault(what)
 
     def consumed(self, batch_array, source: str, stream: int = 0, dims: int = 1) -> None:
         """A batch this process consumed: a NumPy array, or a list of them (features, labels), samples along
@@ -324,7 +330,8 @@ class Recorder:
                 inputs=steps_inputs, stop=reason, batchnorm=self.batchnorm, changes=list(self.changes),
                 random_steps=[s for s in self.random_steps if s <= last], optimizer_kinds=self.optimizer_kinds,
                 random_trace={k: v for k, v in self.random_trace.items() if int(k) <= last},
-                child_processes=(self.folder / CHILD_MARK).exists(), files=files.record())
+                child_processes=(self.folder / CHILD_MARK).exists(), files=files.record(),
+                repeats=list(self.repeats))
             record.write(self.folder)
 
 

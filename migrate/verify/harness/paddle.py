@@ -34,7 +34,7 @@ import sys
 import threading
 import weakref
 
-from . import batch_scale, file_wrappers
+from . import batch_scale, file_wrappers, repeats
 from .fingerprint import arrays, first_array
 
 _DROPOUT_FUNCTIONS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
@@ -55,6 +55,7 @@ def install(paddle, recorder) -> None:
     _no_dropout(paddle, recorder)
     if not recorder.shuffled:
         _no_shuffle(paddle, recorder)
+    repeats.install_samplers(paddle.io, recorder)
     _record_loader_batches(paddle, recorder)
     batch_scale.install_paddle(paddle, recorder)
     file_wrappers.install_paddle(paddle, recorder)  # paddle.jit.save writes in C++; collectives order files

@@ -41,7 +41,7 @@ import sys
 import threading
 import weakref
 
-from . import batch_scale, file_wrappers
+from . import batch_scale, file_wrappers, repeats
 
 _state: dict = {"tf": None, "kerases": [], "steps": None}
 _REPLICA_SUFFIX = re.compile(r"(/replica_\d+)?(:\d+)?$")
@@ -58,6 +58,7 @@ def install(tf, recorder) -> None:
     _first_gradient(tf, steps)
     if not recorder.shuffled:
         _no_shuffle(tf, recorder)
+    repeats.install_tensorflow(recorder)
     _record_dataset_elements(tf, recorder, steps)
     _no_nn_dropout(tf, recorder)
     batch_scale.install_tensorflow(tf, recorder)

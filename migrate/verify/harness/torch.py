@@ -18,7 +18,7 @@ import functools
 import itertools
 import weakref
 
-from . import batch_scale, file_wrappers
+from . import batch_scale, file_wrappers, repeats
 
 _DROPOUT_FUNCTIONS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
@@ -33,6 +33,7 @@ def install(torch, recorder) -> None:
     _no_dropout(torch, recorder)
     if not recorder.shuffled:
         _no_shuffle(torch, recorder)
+    repeats.install_samplers(torch.utils.data, recorder)
     _record_loader_batches(torch, recorder)
     batch_scale.install_torch(torch, recorder)
     file_wrappers.install_torch(torch, recorder)  # torch.save to a path writes in C++; collectives order files
