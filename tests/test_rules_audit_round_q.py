@@ -520,6 +520,27 @@ def test_verify_s_scratch_folder_makes_small_folders_anew_and_links_large_ones(t
     assert not (user / "outputs" / "runs" / "new.pdparams").exists()
 
 
+def test_the_folder_above_is_mirrored_within_a_smaller_budget_than_the_working_one(tmp_path):
+    """A parent that holds many small folders (the user's other projects; pytest's folder of every test) had each
+    mirrored anew, up to 5,000 entries per placement: 21,000 links, 20 of 32 s of a small script's verify."""
+    from dpmigrate.verify import runs
+
+    user = tmp_path / "projects" / "mine"
+    (user / "outputs").mkdir(parents=True)
+    for i in range(200):  # siblings: 200 small projects of 3 entries each
+        sibling = tmp_path / "projects" / f"other{i:03d}"
+        (sibling / "src").mkdir(parents=True)
+        (sibling / "a.txt").write_text("")
+        (sibling / "b.txt").write_text("")
+    work = tmp_path / "work"
+    work.mkdir()
+    scratch = runs.scratch_folder(work, "cwd", user)
+    assert not (scratch / "outputs").is_symlink()  # the working folder: mirrored as before
+    made = [p for p in scratch.parent.iterdir() if p.name.startswith("other") and not p.is_symlink()]
+    assert 0 < len(made) * 3 <= runs.PARENT_BUDGET < 200 * 3  # the first few siblings anew, then linked whole
+    assert all((scratch.parent / f"other{i:03d}" / "a.txt").exists() for i in range(200))  # all still reachable
+
+
 def test_a_failed_job_shows_each_rank_s_last_error_first(tmp_path):
     """Round O's skip-gram notebook: the tail of the converted run showed rank 0's gloo timeout, not rank 1's error."""
     from dpmigrate.verify import runs

@@ -374,7 +374,7 @@ def _convert(script: Path, work: Path, framework: str, flags: tuple[str, ...] = 
         raise CannotRun(f"dpmigrate wrote no converted copy of {script.name}", done.stderr.splitlines()[-TAIL:])
     level = target
     for original in chain:  # (each level's converted folder is there already: not linked)
-        runs.place_beside(level, original)
+        runs.place_beside(level, original, above=original != chain[0])
         level = level.parent
     policy = " ".join(flags)
     said = (f"{policy}, {summary['changes']} changes, {summary['declined']} declined, {summary['errors']} "

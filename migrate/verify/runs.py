@@ -106,7 +106,7 @@ def scratch_folder(work: Path, name: str, like: Path) -> Path:
         return root
     folder = root / like.name
     folder.mkdir(mode=0o700)
-    _link_entries(like.parent, root, skip={like.name})
+    _link_entries(like.parent, root, skip={like.name}, budget=[PARENT_BUDGET])
     _link_entries(like, folder, skip=set())
     return folder
 
@@ -139,15 +139,19 @@ def levels_above(folder: Path) -> int:
     return min(levels, MAX_LEVELS)
 
 
-def place_beside(converted_root: Path, original_folder: Path) -> None:
+def place_beside(converted_root: Path, original_folder: Path, above: bool = False) -> None:
     """Link every entry of ``original_folder`` that the conversion did not write into ``converted_root``,
-    folder by folder (a package with one converted module gets links to its other modules)."""
-    _link_entries(original_folder, converted_root, skip=set())
+    folder by folder (a package with one converted module gets links to its other modules). ``above``: a folder
+    above the script's, mirrored within :data:`PARENT_BUDGET`."""
+    _link_entries(original_folder, converted_root, skip=set(), budget=[PARENT_BUDGET if above else MIRROR_BUDGET])
 
 
 MIRRORED_ENTRIES = 256  # a folder with more entries than this is data: linked whole, not mirrored
 MIRROR_DEPTH = 4
 MIRROR_BUDGET = 5000  # entries made anew in all, per placement: beyond it (many small folders), folders are linked
+# the same for a folder above the script's or the working one: a parent holds the user's other projects (pytest's,
+# every test's folder), and mirroring them made 21,000 links per verify, 20 of its 32 s on a small torch script
+PARENT_BUDGET = 256
 
 
 def _link_entries(source: Path, target: Path, skip: set[str], depth: int = 0, budget: list[int] | None = None) -> None:
@@ -231,7 +235,7 @@ def place_copy(script: Path, work: Path, name: str, levels: int) -> Path:
     shutil.copy2(script, copy)
     level = target
     for original in chain:
-        place_beside(level, original)
+        place_beside(level, original, above=original != folder)
         level = level.parent
     return copy
 
