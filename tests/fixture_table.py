@@ -1,8 +1,8 @@
-"""The README's table of converted fixtures and how each is executed, made from their ``execute.json``.
+"""The contributing page's table of converted fixtures and how each is executed, made from their ``execute.json``.
 
-    python tests/fixture_table.py        # print the table (paste it into README.md's fixture section)
+    python tests/fixture_table.py        # print the table (paste it into docs/contributing.md's fixture section)
 
-``tests/test_fixture_table.py`` checks that the README holds exactly this table, so it never drifts from the
+``tests/test_fixture_table.py`` checks that the page holds exactly this table, so it never drifts from the
 fixtures and the exemptions the tests read.
 """
 
