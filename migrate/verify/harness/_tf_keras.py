@@ -25,7 +25,7 @@ import importlib
 import inspect
 
 from . import batch_scale
-from .tensorflow import _quietly, is_numeric
+from ._tf_common import is_numeric, quietly
 
 _DROPOUT_LAYERS = {
     "tf_keras": ("tf_keras.src.layers.regularization.dropout:Dropout",
@@ -90,7 +90,7 @@ def _wrap_apply_gradients(cls, steps) -> None:
     if cls is None or "apply_gradients" not in cls.__dict__:
         return
     original = cls.__dict__["apply_gradients"]
-    before = _quietly("registering an optimizer")(steps.before_apply)
+    before = quietly("registering an optimizer")(steps.before_apply)
 
     @functools.wraps(original)
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
@@ -107,7 +107,7 @@ def _wrap_apply_gradients(cls, steps) -> None:
 def _wrap_apply(cls, steps) -> None:
     """Keras 3: ``apply(grads, trainable_variables=None)``, which ``apply_gradients`` and ``fit`` call."""
     original = cls.apply
-    before = _quietly("registering an optimizer")(steps.before_apply)
+    before = quietly("registering an optimizer")(steps.before_apply)
 
     @functools.wraps(original)
     def apply(self, grads, trainable_variables=None):
@@ -129,7 +129,7 @@ def _note_owners(layer_class, steps) -> None:
     if layer_class is None:
         return
     original = layer_class.add_weight
-    note = _quietly("noting a variable's layer")(steps.note_owner)
+    note = quietly("noting a variable's layer")(steps.note_owner)
 
     @functools.wraps(original)
     def add_weight(self, *args, **kwargs):
@@ -146,7 +146,7 @@ def _wrap_fit(model_class, tf, recorder) -> None:
         return
     original = model_class.fit
     signature = inspect.signature(original)
-    record = _quietly("recording the batches of train_step")(functools.partial(_record_train_step, tf, recorder))
+    record = quietly("recording the batches of train_step")(functools.partial(_record_train_step, tf, recorder))
 
     @functools.wraps(original)
     def fit(self, *args, **kwargs):

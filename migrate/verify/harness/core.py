@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import dumps
-from . import files, fingerprint, leaving, sample_draws
+from . import file_wrappers, files, fingerprint, leaving, sample_draws
 from .after_import import AfterImport
 
 ENV_OUT = "DPMIGRATE_VERIFY_OUT"
@@ -393,6 +393,7 @@ def activate() -> Recorder | None:
         "paddle.vision.transforms.transforms": lambda module: sample_draws.key_paddle_transforms(module, recorder),
         "tf_keras": adapter("tensorflow", "install_keras"),
         "keras": adapter("tensorflow", "install_keras"),
+        **{f"dpmigrate.runtime.{name}": file_wrappers.wrap_runtime for name in ("torch", "paddle", "tensorflow")},
     }))
     if not child:
         files.install(recorder, os.environ[ENV_SCRIPT])  # (before the script: its module level too)

@@ -37,11 +37,11 @@ import contextlib
 import functools
 import itertools
 import re
-import sys
 import threading
 import weakref
 
 from . import batch_scale, file_wrappers, repeats
+from ._tf_common import is_numeric, quietly
 
 _state: dict = {"tf": None, "kerases": [], "steps": None}
 _REPLICA_SUFFIX = re.compile(r"(/replica_\d+)?(:\d+)?$")
@@ -81,24 +81,6 @@ def _install_keras_now(keras, recorder) -> None:
 
     _tf_keras.install(keras, _state["tf"], recorder, _state["steps"])
     file_wrappers.install_keras(keras, recorder)  # Model.save writes h5 and SavedModels in C++
-
-
-def _quietly(what: str):
-    """The harness must never be what breaks a run: report the first failure of ``what``, go on."""
-    def decorate(function):
-        failed = []
-
-        @functools.wraps(function)
-        def guarded(*args, **kwargs):
-            try:
-                return function(*args, **kwargs)
-            except Exception as e:
-                if not failed:
-                    failed.append(e)
-                    print(f"dpmigrate verify: harness: {what}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-                return None
-        return guarded
-    return decorate
 
 
 def clean_name(variable) -> str:
@@ -225,7 +207,7 @@ def _after_function_calls(steps: _Steps) -> None:
     from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
     original = polymorphic_function.Function.__call__
-    check = _quietly("step boundary after a tf.function call")(steps.safe_point)
+    check = quietly("step boundary after a tf.function call")(steps.safe_point)
 
     @functools.wraps(original)
     def call(self, *args, **kwargs):
@@ -241,7 +223,7 @@ def _first_gradient(tf, steps: _Steps) -> None:
     from tensorflow.python.eager import backprop, context
 
     original = backprop.GradientTape.gradient
-    note = _quietly("reading the variables of the first gradient")(steps.gradient_taken)
+    note = quietly("reading the variables of the first gradient")(steps.gradient_taken)
 
     @functools.wraps(original)
     def gradient(self, target, sources, *args, **kwargs):
@@ -268,12 +250,6 @@ def _no_shuffle(tf, recorder) -> None:
         return list_files(file_pattern, shuffle=False, seed=seed, name=name)
 
     dataset_ops.DatasetV2.list_files = staticmethod(in_order)
-
-
-def is_numeric(tf, value) -> bool:
-    """A tensor of numbers with a batch dimension (strings have no bytes of their own to fingerprint)."""
-    return (isinstance(value, tf.Tensor) and bool(value.shape.rank)
-            and (value.dtype.is_floating or value.dtype.is_integer or value.dtype.is_bool))
 
 
 def _to_numpy(tf):
@@ -307,8 +283,8 @@ def _record_dataset_elements(tf, recorder, steps: _Steps) -> None:
 
     dataset_ops.DatasetV2.__iter__ = new_iterator
     original = iterator_ops.OwnedIterator._next_internal
-    safe_point = _quietly("step boundary before a dataset element")(steps.safe_point)
-    consumed = _quietly("recording a dataset element")(
+    safe_point = quietly("step boundary before a dataset element")(steps.safe_point)
+    consumed = quietly("recording a dataset element")(
         lambda element, stream: recorder.consumed(arrays(element, convert), "loader", stream=stream))
 
     @functools.wraps(original)
