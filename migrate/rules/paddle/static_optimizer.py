@@ -24,7 +24,8 @@ class StaticDistributedOptimizer(Rule):
     optimizer whose ``minimize`` the file calls. A variable assigned twice (``optimizer = SGD(...)``, then
     ``optimizer = paddle.static.amp.decorate(optimizer)``) gets the value ``minimize`` runs on wrapped: the
     last plain assignment before it in the same function (the outermost optimizer, whose ``minimize`` builds
-    the program). Leaves alone (declined): a variable whose value there cannot be told (assigned in
+    the program).
+    Leaves alone (declined): a variable whose value there cannot be told (assigned in
     branches, or not by a plain ``name = value``).
     """
 
