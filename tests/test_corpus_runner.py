@@ -5,6 +5,7 @@ where a script that was equivalent and no longer is blocks the change (exit 1)."
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -78,7 +79,7 @@ def test_a_manifest_entry_with_the_wrong_split_or_a_short_commit_is_refused(tmp_
         corpus.load_manifest(_manifest(tmp_path / "d.toml", [good, dict(good, path="u.py")]))
 
 
-def test_a_script_comes_back_from_its_snapshot_with_its_folder_and_list_line(tmp_path):
+def test_a_script_comes_back_from_its_snapshot_with_its_folder_and_list_line(tmp_path, monkeypatch):
     mirrors = tmp_path / "mirrors"
     commit = _snapshot(mirrors, "jdoe/course", {"week3/train.py": TRAIN, "week3/data.csv": "1,2\n"})
     entry = {"id": "w3", "framework": "torch", "repo": "jdoe/course", "commit": commit, "path": "week3/train.py",
@@ -89,6 +90,9 @@ def test_a_script_comes_back_from_its_snapshot_with_its_folder_and_list_line(tmp
     words = shlex.split(corpus.list_line(entry, script))
     assert words[-3:] == [str(script), "--epochs", "1"]
     assert "DPMIGRATE_CORPUS_SHIM=1" in words and "KERAS_BACKEND=tensorflow" in words
+    monkeypatch.setenv("PYTHONPATH", "/frozen/copy")  # the runner's own path stays, behind the shim
+    (path,) = [w for w in shlex.split(corpus.list_line(entry, script)) if w.startswith("PYTHONPATH=")]
+    assert path == f"PYTHONPATH={corpus.SHIM}{os.pathsep}/frozen/copy"
     with pytest.raises(LookupError, match="fetch github:jdoe/other"):
         corpus.materialize(dict(entry, repo="jdoe/other"), mirrors, tmp_path / "cache")
     with pytest.raises(LookupError, match="has no week4/train.py"):

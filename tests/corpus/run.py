@@ -141,7 +141,10 @@ def unpack(git: Path, commit: str, into: Path) -> int:
 
 def list_line(entry: dict, script: Path) -> str:
     """``--from`` LIST's line for one entry: the shim's environment, the entry's, the script and its arguments."""
-    env = {"DPMIGRATE_CORPUS_SHIM": "1", "PYTHONPATH": str(SHIM), "MPLBACKEND": "Agg", **entry.get("env", {})}
+    # (a PYTHONPATH of the runner's own stays behind the shim: a frozen copy of dpmigrate measured there, not the
+    # editable install, while the tree is edited)
+    path = os.pathsep.join([str(SHIM), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {"DPMIGRATE_CORPUS_SHIM": "1", "PYTHONPATH": path, "MPLBACKEND": "Agg", **entry.get("env", {})}
     words = [f"{k}={v}" for k, v in env.items()] + [str(script), *entry.get("args", [])]
     return shlex.join(words)
 
