@@ -33,13 +33,8 @@ from typing import TextIO
 from . import __version__
 from .config import CHOICES, Config, ConfigError
 from .config import load as load_config
-from .converting import Outcome, convert_all, convert_path, convert_source
-from .copies import clashing_copies, copies_onto_sources, copy_local_modules
-from .files import Exclude, PathError, Source, discover
 from .findings import Conversion, Options
-from .local_modules import scan as scan_local_modules
-from .progress import Progress, is_terminal
-from .project import (
+from .local.helpers import (
     held_helpers,
     hold,
     imported_helpers,
@@ -48,10 +43,15 @@ from .project import (
     seeded_families,
     training_hints,
 )
-from .report import Failure, FileResult, policy_line, render_json, render_text
+from .local.modules import scan as scan_local_modules
+from .reporting.report import Failure, FileResult, policy_line, render_json, render_text
+from .run.converting import Outcome, convert_all, convert_path, convert_source
+from .run.progress import Progress, is_terminal
+from .run.stopping import Interrupted, interruptible
 from .runtime.atomic import remove_stale_temporaries
-from .stopping import Interrupted, interruptible
-from .writing import WriteError, check_replaceable, write_atomic, write_copy
+from .userfiles.copies import clashing_copies, copies_onto_sources, copy_local_modules
+from .userfiles.selection import Exclude, PathError, Source, discover
+from .userfiles.writing import WriteError, check_replaceable, write_atomic, write_copy
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -362,7 +362,7 @@ def _write_report(results: list[FileResult], args: argparse.Namespace, mode: str
     if args.report == "json":
         text = render_json(results, mode, policy)
     elif args.report == "sarif":
-        from .sarif import render_sarif
+        from .reporting.sarif import render_sarif
 
         text = render_sarif(results, _catalog())
     else:

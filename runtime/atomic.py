@@ -1,6 +1,6 @@
 """Write a file so that readers see the old version or the new one, never a torn one: the one writer.
 
-Every backend's ``save`` and the converter's rewrites (``dpmigrate.writing``) use it. The bytes go to a
+Every backend's ``save`` and the converter's rewrites (``dpmigrate.userfiles.writing``) use it. The bytes go to a
 temporary file in the target's folder (same file system, so the rename is atomic), are flushed and
 fsynced, then ``os.replace``d over the target and the folder is fsynced. If the writer fails, or the
 process dies mid-write, the previous file is intact.

@@ -30,8 +30,8 @@ from cli_samples import (
 )
 
 from dpmigrate.cli import main
-from dpmigrate.files import discover
 from dpmigrate.rules import all_rules
+from dpmigrate.userfiles.selection import discover
 
 
 def write(path: Path, data: bytes) -> Path:

@@ -287,7 +287,7 @@ def test_check_and_diff_leave_even_a_stale_temporary_alone(tmp_path):
 def test_a_conversion_that_moves_a_cell_boundary_or_an_ipython_line_is_refused():
     # The engine keeps both today; this is the guard for the day a rule moves code across cells.
     from dpmigrate.findings import ConversionError
-    from dpmigrate.notebooks import _split
+    from dpmigrate.userfiles.notebooks import _split
 
     held = ["!nvidia-smi"]
     joined = "import torch\n# _dpmigrate_ipython_0_\n# %% dpmigrate-cell-1\nx = 1\n"

@@ -11,8 +11,8 @@ import pytest
 from fixture_cases import FIXTURES
 
 from dpmigrate.codemod.engine import convert
-from dpmigrate.converted_fast_path import quiet_conversion
 from dpmigrate.findings import Options
+from dpmigrate.run.fast_path import quiet_conversion
 
 CONVERTED = sorted([*FIXTURES.glob("torch/*/after.py"), *FIXTURES.glob("tensorflow/*/after.py"),
                     *FIXTURES.glob("paddle/*/after.py")])

@@ -1,4 +1,4 @@
-"""The documentation site's generated half (``docs/gen_pages.py``, ``dpmigrate.docs_pages``) and its build.
+"""The documentation site's generated half (``docs/gen_pages.py``, ``dpmigrate.reporting.docs_pages``) and its build.
 
 Each rule's docstring gives its page all four parts; the CLI reference names every option of the three parsers,
 read from the parsers themselves (not from the generator); generating imports no framework; and, where MkDocs is
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dpmigrate.docs_pages import cli_reference, pages, rule_sections
+from dpmigrate.reporting.docs_pages import cli_reference, pages, rule_sections
 from dpmigrate.rules import all_rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +64,7 @@ def test_every_rule_has_a_page_linked_from_the_index():
 
 
 def test_generating_the_pages_imports_no_framework():
-    code = ("import json, sys; from dpmigrate.docs_pages import pages; pages(); "
+    code = ("import json, sys; from dpmigrate.reporting.docs_pages import pages; pages(); "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'tensorflow', 'paddle'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

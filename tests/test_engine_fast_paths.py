@@ -185,7 +185,7 @@ def test_checking_a_converted_script_loads_neither_libcst_matchers_nor_its_codem
     loaded = _modules_loaded_by_a_check_of(tmp_path, source)
     assert not {m for m in loaded if m.startswith(("libcst.matchers", "libcst.codemod"))}
     # (and, when no rank test in it guards what could meet the other ranks, not even libcst: the fast path of
-    # dpmigrate.converted_fast_path, tests/test_converted_fast_path.py)
+    # dpmigrate.run.fast_path, tests/test_converted_fast_path.py)
     assert "dpmigrate.codemod.engine" not in loaded
 
 

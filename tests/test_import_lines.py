@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dpmigrate.import_lines import import_statements
+from dpmigrate.local.import_lines import import_statements
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -190,7 +190,7 @@ def test_a_call_to_a_local_function_that_downloads_runs_on_the_main_process_firs
 
 
 def test_only_training_files_and_the_local_modules_they_import_are_parsed(tmp_path, monkeypatch):
-    from dpmigrate import local_modules
+    from dpmigrate.local import modules as local_modules
 
     (tmp_path / "util.py").write_text("import os\nVALUE = 1\n")  # no framework, nothing local: read, not parsed
     (tmp_path / "helpers.py").write_text("def f():\n    return 2\n")

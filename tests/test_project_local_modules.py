@@ -92,7 +92,7 @@ def test_a_helper_in_a_folder_without_init_of_a_script_left_alone_is_left_alone_
 
 
 def test_a_folder_without_init_named_like_a_framework_is_not_a_local_module(tmp_path):
-    from dpmigrate.local_modules import scan
+    from dpmigrate.local.modules import scan
 
     _write(tmp_path, main="import torch.nn\nimport torch\n", **{"torch/nn": "X = 1\n"})  # the installed one wins
     assert scan([str(tmp_path / "main.py")]).names == ()
@@ -195,7 +195,7 @@ def test_the_framework_through_module_project_trains_on_two_workers_like_the_ori
 
 
 def test_a_local_class_whose_constructor_downloads_is_known_by_its_module_and_name(tmp_path):
-    from dpmigrate.local_modules import scan
+    from dpmigrate.local.modules import scan
 
     _write(tmp_path, nets="""
         import numpy as np

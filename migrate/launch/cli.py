@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from ..frameworks import FRAMEWORK_OF_PACKAGE
-from ..local_modules import Reader, own_frameworks
+from ..local.modules import Reader, own_frameworks
 from . import bind_guard, diagnosis, master_port, network, report, supervise
 from . import paddle as paddle_backend
 from . import tensorflow as tensorflow_backend
@@ -236,7 +236,7 @@ def _create_log_dir(path: Path, *, unique: bool) -> Path:
 def detect_framework(script: Path) -> str:
     """The framework a script trains with, from its imports (any scope, not executed); a script that imports
     none itself trains with those of the local modules it imports (``import setup_mod``, where setup_mod.py
-    imports tensorflow), found as ``dpmigrate`` finds them (:mod:`dpmigrate.local_modules`)."""
+    imports tensorflow), found as ``dpmigrate`` finds them (:mod:`dpmigrate.local.modules`)."""
     try:
         tree = ast.parse(script.read_bytes(), filename=str(script))
     except FileNotFoundError:

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..stopping import Interrupted, interruptible
+from ..run.stopping import Interrupted, interruptible
 from .report import EXIT_CODES, Outcome, render_json, worst
 from .table import counts, progress_line, render_table
 

@@ -20,7 +20,7 @@ import json
 import re
 from collections.abc import Callable
 
-from .findings import Conversion, ConversionError, Options
+from ..findings import Conversion, ConversionError, Options
 
 _MARK = "# %% dpmigrate-cell-{}"
 _MARK_RE = re.compile(r"^# %% dpmigrate-cell-(\d+)$")

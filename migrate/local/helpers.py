@@ -17,9 +17,9 @@ import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
-from .files import Source
-from .findings import Conversion, Finding
-from .local_modules import local_imports
+from ..findings import Conversion, Finding
+from ..userfiles.selection import Source
+from .modules import local_imports
 
 RULE = "detect-framework"
 

@@ -19,13 +19,13 @@ import traceback
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 
-from .converted_fast_path import quiet_conversion
-from .files import NotText, Source, check_text, kind_of
-from .findings import Conversion, ConversionError, Options
-from .frameworks import may_use_a_framework
-from .local_modules import imports_one_of
-from .notebooks import is_notebook
-from .report import Failure
+from ..findings import Conversion, ConversionError, Options
+from ..frameworks import may_use_a_framework
+from ..local.modules import imports_one_of
+from ..reporting.report import Failure
+from ..userfiles.notebooks import is_notebook
+from ..userfiles.selection import NotText, Source, check_text, kind_of
+from .fast_path import quiet_conversion
 from .stopping import worker_init
 
 
@@ -81,7 +81,7 @@ def convert_source(source: bytes, path: str, options: Options) -> Outcome:
     try:
         encoding = check_text(source)
         if is_notebook(path):
-            from .notebooks import convert_notebook
+            from ..userfiles.notebooks import convert_notebook
 
             return Outcome(path, convert_notebook(source, path, options, convert), encoding)
         return Outcome(path, convert(source, path, options), encoding)
@@ -108,7 +108,7 @@ def convert(source: bytes, path: str, options: Options) -> Conversion:
     quiet = quiet_conversion(source, path, options.framework)  # converted before, nothing to check: no libcst
     if quiet is not None:
         return quiet
-    from .codemod.engine import convert as engine_convert
+    from ..codemod.engine import convert as engine_convert
 
     return engine_convert(source, path, options)
 

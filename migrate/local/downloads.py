@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import re
 
-from .frameworks import REGISTRY
+from ..frameworks import REGISTRY
 
 _FETCH_WORDS = {"urlretrieve", "urlopen", "download_url", "download_url_to_file", "load_state_dict_from_url",
                 "download_and_extract_archive", "gdown"}

@@ -17,7 +17,7 @@ import os
 import urllib.parse
 from collections.abc import Sequence
 
-from . import __version__
+from .. import __version__
 from .report import FileResult, ordered
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import stat
 
-from .converting import Snapshot
-from .runtime.atomic import atomic_write
+from ..run.converting import Snapshot
+from ..runtime.atomic import atomic_write
 
 
 class WriteError(Exception):

@@ -36,8 +36,8 @@ import dataclasses
 import json
 from collections.abc import Sequence
 
-from . import __version__
-from .findings import Finding
+from .. import __version__
+from ..findings import Finding
 
 
 @dataclasses.dataclass(frozen=True)

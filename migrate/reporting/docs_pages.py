@@ -73,8 +73,8 @@ def rule_sections(doc: str) -> dict[str, str]:
 
 def rule_docs() -> list[RuleDoc]:
     """Every registered rule, in the registry's order (the order ``--list-rules`` prints)."""
-    from .frameworks import REGISTRY
-    from .rules import all_rules
+    from ..frameworks import REGISTRY
+    from ..rules import all_rules
 
     runs = {name: [f for f in REGISTRY.values() if name in {r.name for r in f.rule_set().RULES}]
             for name in (rule.name for rule in all_rules())}
@@ -211,9 +211,9 @@ def rules_index(docs: list[RuleDoc]) -> str:
 
 def parsers() -> list[argparse.ArgumentParser]:
     """The parsers of ``dpmigrate``, ``dpmigrate verify`` and ``dpmigrate launch``, as the commands build them."""
-    from .cli import _parser as convert
-    from .launch.cli import _parser as launch
-    from .verify.cli import _parser as verify
+    from ..cli import _parser as convert
+    from ..launch.cli import _parser as launch
+    from ..verify.cli import _parser as verify
 
     return [convert(), verify(), launch()]
 

@@ -4,7 +4,7 @@ The copies mirror the tree of what was named (``Source.relative``). A run is ref
 when two inputs would be written to one copy or a copy would replace its own source. A converted script
 imports its local modules (``data.py``, ``src/data.py``): the run converts those that need it, and the
 others are copied beside the script's copy byte for byte (:func:`copy_local_modules`), so that the copy
-runs as it is, launched or not. Every copy is written by :func:`~dpmigrate.writing.write_copy`: never
+runs as it is, launched or not. Every copy is written by :func:`~dpmigrate.userfiles.writing.write_copy`: never
 through a link inside ``DIR``, atomically.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 
-from .converting import read_regular
-from .files import Source
-from .report import Failure, FileResult
+from ..reporting.report import Failure, FileResult
+from ..run.converting import read_regular
+from .selection import Source
 from .writing import WriteError, same_file, write_copy
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import ast
 import re
 
-from .findings import Conversion, Finding
-from .frameworks import framework_of_package
+from ..findings import Conversion, Finding
+from ..frameworks import framework_of_package
 
 DETECT_RULE = "detect-framework"  # the engine's name for its detection findings (dpmigrate.codemod.engine)
 _RANKISH = re.compile(r"rank|main|master|chief|worker|local|node|process_index|environ|first", re.IGNORECASE)

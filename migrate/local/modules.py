@@ -26,10 +26,10 @@ import re
 import stat
 from collections.abc import Iterable, Mapping
 
-from .frameworks import FRAMEWORK_OF_PACKAGE, REGISTRY, may_use_a_framework
+from ..frameworks import FRAMEWORK_OF_PACKAGE, REGISTRY, may_use_a_framework
+from .downloads import downloading_callables, may_download
 from .import_lines import import_statements
-from .local_downloads import downloading_callables, may_download
-from .local_models import model_facts
+from .models import model_facts
 
 _IMPORT_LINE = re.compile(rb"^[ \t]*(?:from|import)[ \t]+([^\n#;]*)", re.M)
 _WORD = re.compile(rb"[A-Za-z_]\w*")
