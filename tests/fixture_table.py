@@ -33,10 +33,11 @@ def how(case: Path) -> str:
         return f"executed by `{spec['own_test']}`, and by verify"
     exemption = spec.get("verify")
     reference = " against its conversion run plainly" if spec.get("reference") == "converted" else ""
+    shares = f"; with its shuffling on, the shares: {spec['shares']}" if "shares" in spec else ""
     if exemption is None:
-        return f"verify: equivalent, data split proven{reference}"
+        return f"verify: equivalent, data split proven{reference}{shares}"
     causes = ", ".join(exemption.get("causes", [])) or "-"
-    return f"verify must say **{exemption['verdict']}** ({causes}): {exemption['why']}"
+    return f"verify must say **{exemption['verdict']}** ({causes}): {exemption['why']}{shares}"
 
 
 def table() -> str:

@@ -10,6 +10,10 @@
   ``{"verdict": "error", "shows": "No module named 'torchvision'", "why": "..."}`` for a script that cannot run here;
 - ``unlaunched``: ``false`` to leave the fixture out of the check that its ``after.py`` run plainly gives the
   original's checkpoint (a script that cannot run here, or saves no ``--save`` checkpoint);
+- ``shares``: the fixture's verify also runs the shares pass (the conversion once more with the script's shuffling
+  on), and its verdict on the ranks' shares must contain this text (``"disjoint"``, ``"not judged"``, or the idiom
+  that reads samples twice by design): one verify per fixture checks both, instead of a second verify of the same
+  fixture in ``test_verify_shares.py``;
 - ``reference``: ``"converted"`` when the original cannot run here (an API the installed framework no longer
   has): the ``--batch global`` conversion run plainly (world size 1, which behaves as the original by the
   runtime's contract) is the reference the 2-process run is checked against.
@@ -62,7 +66,10 @@ def explain(data: dict) -> str:
 
 def assert_as_expected(case: Path, data: dict) -> None:
     """Equivalent with the split proven, or exactly the exemption ``execute.json`` declares, with its reason."""
-    spec = json.loads((case / "execute.json").read_text()).get("verify")
+    settings = json.loads((case / "execute.json").read_text())
+    if "shares" in settings:  # the shares pass ran (verify_fixture asked for it): its verdict
+        assert settings["shares"] in data["shares"], (data["shares"], explain(data))
+    spec = settings.get("verify")
     if spec is None:
         assert data["verdict"] == "equivalent", explain(data)
         check = data["comparison"]["data"]
@@ -88,6 +95,7 @@ def verify_fixture(case: Path, tmp_path: Path, monkeypatch, shares_pass: bool = 
 
     extra, steps = spec_args(case)
     spec = json.loads((case / "execute.json").read_text())
+    shares_pass = shares_pass or "shares" in spec
     script = tmp_path / "train.py"
     if spec.get("reference") == "converted":
         script.write_bytes(run(case, batch="global").output)
