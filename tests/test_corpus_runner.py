@@ -149,3 +149,20 @@ def test_a_snapshot_without_its_large_files_still_gives_back_the_script(tmp_path
     script = corpus.materialize(entry, mirrors, tmp_path / "cache")
     assert script.read_text() == textwrap.dedent(TRAIN).lstrip()
     assert not (script.parent / "data" / "huge.bin").exists()
+
+
+def test_the_results_name_the_dpmigrate_the_runs_imported_a_frozen_copy_by_its_source(tmp_path, monkeypatch):
+    """A copy made with ``git archive`` (the way to measure a commit while the tree is edited) has no .git: it is named
+    by a digest of its source, which changes with one edited byte; the tree itself, when clean, by its commit."""
+    import shutil
+
+    import dpmigrate
+
+    frozen = tmp_path / "frozen"
+    shutil.copytree(Path(dpmigrate.__file__).parent, frozen / "dpmigrate", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setenv("PYTHONPATH", str(frozen))
+    first = corpus.measured_dpmigrate(sys.executable)
+    assert first == "source " + corpus.source_digest(frozen / "dpmigrate"), first
+    (frozen / "dpmigrate" / "findings.py").write_text((frozen / "dpmigrate" / "findings.py").read_text() + "\n# edited\n")
+    edited = corpus.measured_dpmigrate(sys.executable)
+    assert edited.startswith("source ") and edited != first

@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.update:
         kept = {**last.get("scripts", {}), **{r["id"]: {k: r[k] for k in ("framework", "split", "verdict", "headline")}
                                                for r in rows if r["verdict"] != "unavailable"}}
-        args.results.write_text(json.dumps({"dpmigrate": _head(), "scripts": dict(sorted(kept.items()))}, indent=1,
+        measured = measured_dpmigrate(args.python)
+        args.results.write_text(json.dumps({"dpmigrate": measured, "scripts": dict(sorted(kept.items()))}, indent=1,
                                            ensure_ascii=False) + "\n")
     return 1 if regressions else 0
 
@@ -275,9 +276,30 @@ def _corpus_python() -> str:
     return str(venv / "bin" / "python") if (venv / "bin" / "python").exists() else sys.executable
 
 
-def _head() -> str:
-    done = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
+def measured_dpmigrate(python: str) -> str:
+    """Which dpmigrate the runs measured: the one ``python`` imports with this process's environment (a frozen copy on
+    PYTHONPATH, or the editable install), named by its git commit when its folder is a clean checkout, else by a
+    digest of its source (a ``git archive`` copy has no .git; an edited tree is not its commit)."""
+    done = subprocess.run([python, "-c", "import dpmigrate, os; print(os.path.dirname(dpmigrate.__file__))"],
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    folder = Path(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else None
+    if folder is None:
+        return "unknown (dpmigrate does not import: " + (done.stderr.strip().splitlines() or ["?"])[-1] + ")"
+    head = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--", "."], capture_output=True, text=True)
+    if head.returncode == 0 and dirty.returncode == 0 and not dirty.stdout.strip():
+        return head.stdout.strip()
+    return "source " + source_digest(folder) + (f" (edited {head.stdout.strip()})" if head.returncode == 0 else "")
+
+
+def source_digest(folder: Path) -> str:
+    """12 hex digits of SHA-256 over the package's Python files (relative path and bytes, in path order)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
 
 
 if __name__ == "__main__":
