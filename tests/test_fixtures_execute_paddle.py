@@ -16,7 +16,8 @@ for every run), ``steps`` and ``verify`` (see ``tests/verify_cases.py``), ``save
 the suffix itself), ``same_lines`` (words of printed lines that must read the same in the 2-rank run as in
 the original: exact metrics of a sharded evaluation, all-reduced) and
 ``model`` (a Layer class of ``before.py``: the 2-rank checkpoint must load into it with exactly its keys),
-``verified_by`` (the verify run is that test's: the tutorials need their MNIST files made first) and
+``unlaunched`` (``false``: no write-once run, the script saves no ``--save`` checkpoint), ``verified_by``
+(the verify run is that test's: the tutorials need their MNIST files made first) and
 ``not_executed`` (the reason a case the converter changes cannot run here: fluid 1.x, a package dpmigrate does
 not install, a module that is no script). Every case the converter changes has one or the other (issue 22).
 
@@ -47,7 +48,9 @@ def _spec(case: Path) -> dict:
 
 
 RUNNABLE = [c for c in cases("paddle") if (c / "execute.json").exists() and "not_executed" not in _spec(c)]
-EXECUTABLE = [c for c in RUNNABLE if "own_test" not in _spec(c)]  # an own_test case runs there, with its own checks
+# an own_test case runs there, with its own checks; "unlaunched": false (as for torch) when the script saves no
+# --save checkpoint for the write-once check (its verify, 2 ranks against 1 step by step, still runs)
+EXECUTABLE = [c for c in RUNNABLE if "own_test" not in _spec(c) and _spec(c).get("unlaunched", True)]
 VERIFIED = [c for c in RUNNABLE if "verified_by" not in _spec(c)]  # the static graph's own test too
 TIMEOUT = 300
 
@@ -69,6 +72,9 @@ def test_every_paddle_fixture_the_converter_changes_is_executed_or_says_why_not(
         elif "verified_by" in spec:
             test = Path(__file__).parent.parent / spec["verified_by"]
             assert test.exists() and case.name in test.read_text(), f"{case.name}: {spec['verified_by']} verifies it"
+        if "own_test" in spec:  # the test that executes it names it (a renamed or regrouped test file must follow)
+            test = Path(__file__).parent.parent / spec["own_test"]
+            assert test.exists() and case.name in test.read_text(), f"{case.name}: {spec['own_test']} executes it"
 
 
 def _env():

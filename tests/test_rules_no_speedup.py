@@ -106,7 +106,7 @@ def test_data_drawn_through_a_sampler_a_factory_made_is_fresh_per_rank_not_full_
     """)
     [note] = findings_of(result, "manual-batching", "note")
     # NumPy's generator: dp.init() gives every rank rank 0's state (issue 19, round F), so every rank draws the
-    # original's batch; with torch's own generator each rank draws its own (tests/test_rules_audit_round_e.py)
+    # original's batch; with torch's own generator each rank draws its own (tests/test_paddle_loops.py)
     assert "draws its data at random at every step with NumPy's generator, which dp.init() makes alike" in note.message
     assert "full-batch" not in note.message
     torch_drawn = convert_text("""
