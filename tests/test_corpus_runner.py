@@ -93,6 +93,13 @@ def test_a_script_comes_back_from_its_snapshot_with_its_folder_and_list_line(tmp
     monkeypatch.setenv("PYTHONPATH", "/frozen/copy")  # the runner's own path stays, behind the shim
     (path,) = [w for w in shlex.split(corpus.list_line(entry, script)) if w.startswith("PYTHONPATH=")]
     assert path == f"PYTHONPATH={corpus.SHIM}{os.pathsep}/frozen/copy"
+    # a course script run from the repository's root, which imports the root's packages: --cwd and the root on the path
+    root = script.parent.parent
+    words = shlex.split(corpus.list_line(dict(entry, cwd=".", pythonpath=["."]), script))
+    assert words[-5:] == ["--cwd", str(root), str(script), "--epochs", "1"]
+    (path,) = [w for w in words if w.startswith("PYTHONPATH=")]
+    assert path == f"PYTHONPATH={corpus.SHIM}{os.pathsep}{root}{os.pathsep}/frozen/copy"
+    assert "--cwd" not in shlex.split(corpus.list_line(entry, script))  # default: verify starts in the script's folder
     with pytest.raises(LookupError, match="fetch github:jdoe/other"):
         corpus.materialize(dict(entry, repo="jdoe/other"), mirrors, tmp_path / "cache")
     with pytest.raises(LookupError, match="has no week4/train.py"):

@@ -134,15 +134,19 @@ def test_a_folder_is_verified_script_by_script_two_at_a_time(tmp_path):
 def test_a_list_gives_each_script_its_environment_and_arguments_and_runs_it_in_its_folder(tmp_path):
     _write(tmp_path / "project" / "reader.py", READS_ROWS)  # reads rows.txt from the folder it is started in
     _write(tmp_path / "project" / "rows.txt", "48")
+    _write(tmp_path / "project" / "scripts" / "nested.py", READS_ROWS)  # run from project/, as its author does
     _write(tmp_path / "lists" / "verify.txt", textwrap.dedent("""\
         # the reader with 3 outputs (TOY_OUTPUTS) and batches of 12
         TOY_OUTPUTS=3 ../project/reader.py --batch-size 12
 
         ../project/missing.py --batch-size 8
+        --cwd ../project ../project/scripts/nested.py --batch-size 8
         """))
     done = _dpmigrate(tmp_path, "--from", "lists/verify.txt", "--report", "json")
     document = json.loads(done.stdout)
-    reader, missing = document["scripts"]
+    reader, missing, nested = document["scripts"]
+    # started in --cwd's folder, it finds rows.txt there (48 rows: 6 steps of 8); in its own folder it would fail
+    assert nested["verdict"] == "equivalent" and nested["comparison"]["data"]["sizes"] == [8, [4, 4]], nested
     assert reader["verdict"] == "equivalent", reader
     assert reader["comparison"]["values"] == 4 * 3 + 3  # TOY_OUTPUTS=3: a Linear(4, 3), weight and bias
     assert reader["comparison"]["data"]["sizes"] == [12, [6, 6]]  # --batch-size 12
@@ -151,7 +155,7 @@ def test_a_list_gives_each_script_its_environment_and_arguments_and_runs_it_in_i
     assert missing["verdict"] == "error" and missing["script"] == str(tmp_path / "project" / "missing.py")
     assert missing["headline"].startswith("could not run: ../project/missing.py: no such script (line 4 of "
                                           "lists/verify.txt"), missing
-    assert document["counts"] == {"torch": {"equivalent": 1}, "unknown": {"error": 1}}
+    assert document["counts"] == {"torch": {"equivalent": 2}, "unknown": {"error": 1}}
     assert document["worst"] == "error" and document["exit_code"] == 2 and done.returncode == 2
 
 
@@ -231,8 +235,28 @@ def test_a_list_line_is_environment_script_and_arguments(tmp_path):
     assert missing.problem == (f"missing.py: no such script (line 6 of jobs.txt, looked for {tmp_path / 'missing.py'}); "
                                f"a relative path is taken from the list's folder, {tmp_path}")
     assert only.problem == ("line 7 of jobs.txt sets ONLY but names no script: write the script after the NAME=VALUE "
-                            "assignments")
+                            "assignments (and --cwd DIR)")
     assert unclosed.problem.startswith("line 8 of jobs.txt: cannot split it as a shell would (No closing quotation)")
+
+
+def test_a_list_line_may_say_which_folder_its_verify_starts_in(tmp_path):
+    _write(tmp_path / "repo" / "tools" / "train.py", "")
+    text = textwrap.dedent("""\
+        --cwd repo repo/tools/train.py --epochs 1
+        SEED=3 --cwd=repo/tools train.py
+        --cwd nowhere repo/tools/train.py
+        --cwd
+        """)
+    given, joined, nowhere, empty = read_list(text, tmp_path, "jobs.txt")
+    assert (given.cwd, given.script, given.args, given.problem) == (tmp_path / "repo", tmp_path / "repo" / "tools" /
+                                                                     "train.py", ["--epochs", "1"], "")
+    # a relative script stays relative to the list's folder, not to --cwd
+    assert joined.cwd == tmp_path / "repo" / "tools" and joined.env == {"SEED": "3"}
+    assert joined.problem.startswith("train.py: no such script (line 2 of jobs.txt")
+    assert nowhere.problem == (f"line 3 of jobs.txt: --cwd nowhere: no such folder (looked for {tmp_path / 'nowhere'}); "
+                               f"a relative folder is taken from the list's folder, {tmp_path}")
+    assert empty.problem.startswith("line 4 of jobs.txt: --cwd (nothing): no such folder")
+    assert read_list("a.py\n", tmp_path, "x").pop().cwd is None  # the script's own folder, as before
 
 
 def test_a_folder_gives_its_own_scripts_sorted_but_packaging_and_tests(tmp_path):

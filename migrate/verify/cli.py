@@ -13,9 +13,10 @@ launcher), each for K optimizer steps under the harness (:mod:`.harness`), and t
 (:mod:`.compare`). Exit 0: equivalent, or nothing to verify; 1: diverges; 2: could not run (bad
 arguments, a script that does not convert, an original that fails); 3: inconclusive (:data:`.report.EXIT_CODES`).
 
-A folder (its ``*.py`` files, not those below it) or ``--from LIST`` (one ``[NAME=VALUE ...] SCRIPT [ARGS ...]`` a
-line) verifies many scripts with the same options, each in a verify subprocess of its own started in the script's
-folder, ``-j N`` at once (:mod:`.many`); the exit status is the worst verdict's, and a summary table ends it.
+A folder (its ``*.py`` files, not those below it) or ``--from LIST`` (one ``[NAME=VALUE ...] [--cwd DIR] SCRIPT
+[ARGS ...]`` a line) verifies many scripts with the same options, each in a verify subprocess of its own started in
+the script's folder (or the line's ``--cwd``), ``-j N`` at once (:mod:`.many`); the exit status is the worst
+verdict's, and a summary table ends it.
 """
 
 from __future__ import annotations
@@ -85,10 +86,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Run the original script on 1 process and its conversion on N for a few optimizer steps, and "
                     "check that they train alike: same parameters after every step, and the data really split.",
         epilog="Many scripts: give a folder (its *.py files but __init__, setup, conftest and test_*; the arguments "
-               "after -- go to each) or --from LIST (a text file, one `[NAME=VALUE ...] SCRIPT [ARGS ...]` a line, "
-               "relative scripts from LIST's folder, - for standard input). Each is verified in its own subprocess in "
-               "its own folder, -j N at a time; a progress line as each ends, then a summary table on stderr (with "
-               "--report json, one document of every script's report). "
+               "after -- go to each) or --from LIST (a text file, one `[NAME=VALUE ...] [--cwd DIR] SCRIPT [ARGS ...]` "
+               "a line, relative scripts and folders from LIST's folder, - for standard input). Each is verified in its "
+               "own subprocess, started in the script's folder (or --cwd DIR), -j N at a time; a progress line as each "
+               "ends, then a summary table on stderr (with --report json, one document of every script's report). "
                "Exit status: 0 equivalent (or nothing to verify), 1 diverges, 2 could not run, 3 inconclusive; over "
                "many scripts, the worst verdict's.")
     p.add_argument("-n", "--nproc", type=int, default=2, metavar="N", help="processes of the converted job (default 2)")
@@ -116,7 +117,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report-file", metavar="FILE", help="write the report to FILE")
     p.add_argument("--keep", action="store_true", help="keep the converted copy, the runs' logs and records")
     p.add_argument("--from", dest="from_list", metavar="LIST", help="verify every script of LIST, one a line: "
-                   "[NAME=VALUE ...] SCRIPT [ARGS ...] (NAME=VALUE: extra environment of that script's verify)")
+                   "[NAME=VALUE ...] [--cwd DIR] SCRIPT [ARGS ...] (NAME=VALUE: extra environment of that script's verify; "
+                   "--cwd: the folder it starts in, default the script's)")
     p.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="with a folder or --from: verify N scripts "
                    "at once (default 1; each verify runs 1 + n processes)")
     p.add_argument("--script-timeout", type=float, metavar="S", help="with a folder or --from: stop a script's verify "

@@ -9,9 +9,11 @@ A verify starts its runs in process groups of their own, which a signal to the v
 a verify is stopped with SIGINT first (it then stops its runs and removes its temporary folder), and what is left
 after :data:`GRACE_S` (the verify and every process it had started, found through ``/proc``) is killed.
 
-LIST holds one script a line, ``[NAME=VALUE ...] SCRIPT [ARGS ...]`` split as a shell would (:mod:`shlex`): the
-leading assignments are extra environment variables of that script's verify; a relative SCRIPT is relative to
-LIST's folder; blank lines and lines starting with ``#`` are skipped. A line that names no existing script is an
+LIST holds one script a line, ``[NAME=VALUE ...] [--cwd DIR] SCRIPT [ARGS ...]`` split as a shell would
+(:mod:`shlex`): the leading assignments are extra environment variables of that script's verify; ``--cwd DIR`` starts
+it in DIR instead of the script's folder (a script its author runs from the repository's root, or from a folder
+above it, reads its data and imports its modules relative to there); a relative SCRIPT or DIR is relative to LIST's
+folder; blank lines and lines starting with ``#`` are skipped. A line that names no existing script is an
 "error" row of the table, not the end of the run.
 """
 
@@ -55,6 +57,7 @@ class Entry:
     args: list[str] = dataclasses.field(default_factory=list)
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     problem: str = ""  # why it cannot even start (no such script, a line shlex cannot split): an "error" row
+    cwd: Path | None = None  # where its verify starts (absolute); None: the script's folder
 
 
 def scripts_in(folder: Path) -> list[Entry]:
@@ -88,14 +91,30 @@ def read_list(text: str, base: Path, name: str) -> list[Entry]:
             env[variable] = value
         if not words:
             entries.append(Entry(base / f"({where})", env=env, problem=f"{where} sets {', '.join(env)} but names no "
-                                 "script: write the script after the NAME=VALUE assignments"))
+                                 "script: write the script after the NAME=VALUE assignments (and --cwd DIR)"))
             continue
-        script = Path(os.path.expanduser(words[0]))
-        script = (script if script.is_absolute() else base / script).resolve()
-        problem = "" if script.is_file() else (f"{words[0]}: no such script ({where}, looked for {script}); a "
-                                               f"relative path is taken from the list's folder, {base}")
-        entries.append(Entry(script, words[1:], env, problem))
+        cwd, problem = None, ""
+        if words[0] == "--cwd" or words[0].startswith("--cwd="):
+            given = words.pop(0).partition("=")[2] or (words.pop(0) if words else "")
+            cwd = _resolved(given, base) if given else None
+            if cwd is None or not cwd.is_dir():
+                problem = (f"{where}: --cwd {given or '(nothing)'}: no such folder" + (f" (looked for {cwd})" if cwd else "")
+                           + f"; a relative folder is taken from the list's folder, {base}")
+        if not words:
+            entries.append(Entry(base / f"({where})", env=env, problem=problem or f"{where} names no script after "
+                                 "--cwd: write [NAME=VALUE ...] [--cwd DIR] SCRIPT [ARGS ...]"))
+            continue
+        script = _resolved(words[0], base)
+        if not problem and not script.is_file():
+            problem = (f"{words[0]}: no such script ({where}, looked for {script}); a relative path is taken from the "
+                       f"list's folder, {base}")
+        entries.append(Entry(script, words[1:], env, problem, cwd))
     return entries
+
+
+def _resolved(given: str, base: Path) -> Path:
+    path = Path(os.path.expanduser(given))
+    return (path if path.is_absolute() else base / path).resolve()
 
 
 def load_list(name: str) -> list[Entry]:
@@ -108,12 +127,12 @@ def load_list(name: str) -> list[Entry]:
             text = path.read_text()
         except OSError as e:
             raise UsageError(f"--from {name}: cannot read it ({e.strerror or e}); give a text file with one script a "
-                             "line: [NAME=VALUE ...] SCRIPT [ARGS ...]") from None
+                             "line: [NAME=VALUE ...] [--cwd DIR] SCRIPT [ARGS ...]") from None
         base, said = path.resolve().parent, name
     entries = read_list(text, base, said)
     if not entries:
         raise UsageError(f"--from {name}: no script in it (only blank lines and # comments); write one script a "
-                         "line: [NAME=VALUE ...] SCRIPT [ARGS ...]")
+                         "line: [NAME=VALUE ...] [--cwd DIR] SCRIPT [ARGS ...]")
     return entries
 
 
@@ -162,7 +181,7 @@ class Runner:
         argv = [sys.executable, "-m", "dpmigrate", "verify", str(entry.script), *self.options, "--report", "json",
                 "--report-file", str(self.work / f"{index}.json"), "--", *entry.args]
         with open(self.work / f"{index}.log", "wb") as log:
-            process = subprocess.Popen(argv, cwd=entry.script.parent, env={**os.environ, **entry.env},
+            process = subprocess.Popen(argv, cwd=entry.cwd or entry.script.parent, env={**os.environ, **entry.env},
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True)
         self.running[index] = (process, time.monotonic())

@@ -140,12 +140,18 @@ def unpack(git: Path, commit: str, into: Path) -> int:
 
 
 def list_line(entry: dict, script: Path) -> str:
-    """``--from`` LIST's line for one entry: the shim's environment, the entry's, the script and its arguments."""
-    # (a PYTHONPATH of the runner's own stays behind the shim: a frozen copy of dpmigrate measured there, not the
-    # editable install, while the tree is edited)
-    path = os.pathsep.join([str(SHIM), *filter(None, [os.environ.get("PYTHONPATH")])])
+    """``--from`` LIST's line for one entry: the shim's environment, the entry's, the folder its author runs it from
+    (``cwd``, relative to the repository's root; default the script's folder), the script and its arguments.
+    ``pythonpath`` (folders relative to the root) goes after the shim: a course's scripts that import the
+    repository's own packages from its root."""
+    root = Path(str(script)[: -len(entry["path"])]) if str(script).endswith(entry["path"]) else script.parent
+    # (a PYTHONPATH of the runner's own stays behind the shim and the entry's: a frozen copy of dpmigrate measured
+    # there, not the editable install, while the tree is edited)
+    folders = [str(SHIM), *(str((root / f).resolve()) for f in entry.get("pythonpath", []))]
+    path = os.pathsep.join([*folders, *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {"DPMIGRATE_CORPUS_SHIM": "1", "PYTHONPATH": path, "MPLBACKEND": "Agg", **entry.get("env", {})}
-    words = [f"{k}={v}" for k, v in env.items()] + [str(script), *entry.get("args", [])]
+    cwd = ["--cwd", str((root / entry["cwd"]).resolve())] if "cwd" in entry else []
+    words = [f"{k}={v}" for k, v in env.items()] + cwd + [str(script), *entry.get("args", [])]
     return shlex.join(words)
 
 
