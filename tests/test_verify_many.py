@@ -246,8 +246,9 @@ def test_a_list_line_may_say_which_folder_its_verify_starts_in(tmp_path):
         SEED=3 --cwd=repo/tools train.py
         --cwd nowhere repo/tools/train.py
         --cwd
+        --cwd= repo/tools/train.py
         """)
-    given, joined, nowhere, empty = read_list(text, tmp_path, "jobs.txt")
+    given, joined, nowhere, empty, blank = read_list(text, tmp_path, "jobs.txt")
     assert (given.cwd, given.script, given.args, given.problem) == (tmp_path / "repo", tmp_path / "repo" / "tools" /
                                                                      "train.py", ["--epochs", "1"], "")
     # a relative script stays relative to the list's folder, not to --cwd
@@ -256,6 +257,9 @@ def test_a_list_line_may_say_which_folder_its_verify_starts_in(tmp_path):
     assert nowhere.problem == (f"line 3 of jobs.txt: --cwd nowhere: no such folder (looked for {tmp_path / 'nowhere'}); "
                                f"a relative folder is taken from the list's folder, {tmp_path}")
     assert empty.problem.startswith("line 4 of jobs.txt: --cwd (nothing): no such folder")
+    # "--cwd=" with nothing after "=" names no folder: the script that follows stays the script, and the row says so
+    assert blank.script == tmp_path / "repo" / "tools" / "train.py"
+    assert blank.problem.startswith("line 5 of jobs.txt: --cwd (nothing): no such folder")
     assert read_list("a.py\n", tmp_path, "x").pop().cwd is None  # the script's own folder, as before
 
 

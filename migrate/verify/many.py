@@ -95,7 +95,8 @@ def read_list(text: str, base: Path, name: str) -> list[Entry]:
             continue
         cwd, problem = None, ""
         if words[0] == "--cwd" or words[0].startswith("--cwd="):
-            given = words.pop(0).partition("=")[2] or (words.pop(0) if words else "")
+            flag = words.pop(0)  # "--cwd=" names no folder: the next word is the script, not a folder
+            given = flag.partition("=")[2] if "=" in flag else (words.pop(0) if words else "")
             cwd = _resolved(given, base) if given else None
             if cwd is None or not cwd.is_dir():
                 problem = (f"{where}: --cwd {given or '(nothing)'}: no such folder" + (f" (looked for {cwd})" if cwd else "")
