@@ -1,7 +1,7 @@
 """Run the real-script corpus through ``dpmigrate verify`` and say what changed since the last run.
 
     python tests/corpus/run.py [--split dev|held-out|all] [--framework F] [--only ID ...] [-j 2] [--steps 3]
-                               [--timeout S] [--mirrors DIR] [--python PY] [--update] [--keep DIR]
+                               [--timeout S] [--mirrors DIR] [--python PY] [--update] [--report-file FILE]
 
 Why: every change to the converter or the runtime is measured on real public scripts nobody here wrote, and a
 script whose conversion was right and no longer is blocks the change. The manifest (``manifest.toml`` beside this
