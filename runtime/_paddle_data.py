@@ -28,6 +28,17 @@ from paddle.io import (
     Subset,
 )
 
+from . import _paddle_draws
+
+
+class _TrainingLoader(DataLoader):
+    """A sharded training loader: its first pass is where the ranks' random streams part (``_paddle_draws``), before
+    its worker processes start and inherit the streams."""
+
+    def __iter__(self):
+        _paddle_draws.training_started()
+        return super().__iter__()
+
 
 class UnpaddedDistributedBatchSampler(DistributedBatchSampler):
     """Rank r takes positions r, r+N, r+2N... of the (optionally shuffled) index list: no sample twice."""
@@ -78,8 +89,8 @@ def _evaluated_part(dataset, batch_size: int):
     return dataset if kept == len(dataset) else Subset(dataset, list(range(kept)))
 
 
-def _rebuild(loader: DataLoader, batch_sampler, dataset=None) -> DataLoader:
-    return DataLoader(
+def _rebuild(loader: DataLoader, batch_sampler, dataset=None, training: bool = False) -> DataLoader:
+    return (_TrainingLoader if training else DataLoader)(
         loader.dataset if dataset is None else dataset, feed_list=loader.feed_list, places=loader.places,
         return_list=loader.return_list,
         batch_sampler=batch_sampler, collate_fn=loader.collate_fn, num_workers=loader.num_workers,
@@ -116,7 +127,7 @@ def distributed_loader_for(obj, rank: int, world_size: int, *, evaluation: bool 
             return _rebuild(obj, sampler, dataset)
         sampler = DistributedBatchSampler(obj.dataset, batch_size, num_replicas=world_size, rank=rank, shuffle=shuffle,
                                           drop_last=drop_last)
-        return _rebuild(obj, sampler)
+        return _rebuild(obj, sampler, training=True)
     if isinstance(obj, IterableDataset):
         raise TypeError(_ITERABLE_MESSAGE)
     if isinstance(obj, Dataset) or (hasattr(obj, "__getitem__") and hasattr(obj, "__len__")):

@@ -24,6 +24,8 @@ from torch.utils.data import (
     Subset,
 )
 
+from . import _torch_draws
+
 SHUFFLE_SEED = 0
 """Seed of the distributed shuffle (plus the epoch): the same on every rank, whatever the script seeded."""
 
@@ -98,7 +100,15 @@ def _loader_shuffles(loader: DataLoader) -> bool:
     )
 
 
-def _rebuild(loader: DataLoader, sampler: Sampler) -> DataLoader:
+class _TrainingLoader(DataLoader):
+    """A sharded training loader: its first pass is where the ranks' random streams part (``_torch_draws``)."""
+
+    def __iter__(self):
+        _torch_draws.training_started()
+        return super().__iter__()
+
+
+def _rebuild(loader: DataLoader, sampler: Sampler, training: bool = False) -> DataLoader:
     kwargs = dict(
         batch_size=loader.batch_size, sampler=sampler, num_workers=loader.num_workers,
         collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, drop_last=loader.drop_last,
@@ -110,7 +120,7 @@ def _rebuild(loader: DataLoader, sampler: Sampler) -> DataLoader:
         kwargs["prefetch_factor"] = loader.prefetch_factor
     if hasattr(loader, "in_order"):
         kwargs["in_order"] = loader.in_order
-    return DataLoader(loader.dataset, **kwargs)
+    return (_TrainingLoader if training else DataLoader)(loader.dataset, **kwargs)
 
 
 def distributed_loader_for(obj, rank: int, world_size: int, *, evaluation: bool = False):
@@ -150,4 +160,4 @@ def _shard_loader(loader: DataLoader, rank: int, world_size: int, evaluation: bo
         sampler = EpochAdvancingDistributedSampler(
             loader.dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=SHUFFLE_SEED
         )
-    return _rebuild(loader, sampler)
+    return _rebuild(loader, sampler, training=not evaluation)

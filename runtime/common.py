@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import hashlib
 import math
 import os
 import random
@@ -139,3 +140,48 @@ def share_host_generators(broadcast: Callable) -> None:
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.set_state(broadcast(numpy.random.get_state()))
+
+
+class TrainingDraws:
+    """Parts the ranks' random streams once training starts: rank 0 keeps its own (the original's), every other rank
+    reseeds Python's ``random``, NumPy's global generator and the framework's from its current state and its rank.
+
+    Why: ``init`` gives every rank rank 0's generator states (see :func:`share_host_generators`), and a seeded script
+    seeds the framework's generator alike on every rank. That is right for what is drawn *before* training (the data,
+    a split, a vocabulary: one draw, as the single process made it once) and wrong for what is drawn *during* it: a
+    GAN's latent vectors and random labels, a gradient penalty's mixing weights, noise, masks, augmentation. Drawn
+    alike, every rank feeds the same noise and the step averages one rank's draws N times over, where the single
+    process drew a whole batch's worth (issue 31: four real GAN scripts trained that way, with nothing said;
+    ``dpmigrate verify`` reports it as same-random-draws). shared/DESIGN.md: noise drawn during training differs per
+    rank. Accelerate leaves each process's generators its own for the same reason.
+
+    When: the backend calls :meth:`start` at the first pass over a sharded training loader, once: from there the
+    ranks read different samples, so each rank's draws stand for the draws one process made for its share. Not
+    where nothing is split (hand-cut batches every rank reads whole, ``fit`` in Paddle's hapi): there the draws stay
+    alike, so every rank's step stays the original's. The new seeds are derived from each generator's state and the
+    rank, so a seeded script's job draws the same numbers from one launch to the next. Not covered: a script that
+    seeds again during training (its own choice, kept), TensorFlow (not yet).
+    """
+
+    def __init__(self) -> None:
+        self.parted = False
+
+    def start(self, rank: int, world_size: int, reseed_framework: Callable[[int], None] | None = None) -> None:
+        if self.parted or world_size < 2:
+            return
+        self.parted = True
+        if rank == 0:
+            return
+        random.seed(derived_seed(repr(random.getstate()).encode(), rank))
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            kind, keys, position, *_ = numpy.random.get_state()
+            words = hashlib.sha256(keys.tobytes() + f"{kind}:{position}:{rank}".encode()).digest()
+            numpy.random.seed(numpy.frombuffer(words, dtype=numpy.uint32))
+        if reseed_framework is not None:
+            reseed_framework(rank)
+
+
+def derived_seed(state: bytes, rank: int) -> int:
+    """A 63-bit seed from a generator's state and a rank: the same on every launch of a seeded job."""
+    return int.from_bytes(hashlib.sha256(state + f":rank {rank}".encode()).digest()[:8], "big") >> 1

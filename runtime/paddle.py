@@ -30,7 +30,7 @@ import paddle
 import paddle.distributed as dist
 from paddle.distributed import fleet
 
-from . import _paddle_env, _paddle_model, _paddle_static, _paddle_strategy, common
+from . import _paddle_draws, _paddle_env, _paddle_model, _paddle_static, _paddle_strategy, common
 from ._paddle_data import distributed_loader_for, shardable
 from ._paddle_store import StoreBarrier
 from .atomic import atomic_write
@@ -64,6 +64,7 @@ def _reset_for_tests() -> None:
     global _state
     shutdown()
     _state = _State()
+    _paddle_draws._reset_for_tests()
 
 
 def _uses_gpu() -> bool:

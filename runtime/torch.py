@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import _torch_faults, _torch_model, _torch_teardown, common
+from . import _torch_draws, _torch_faults, _torch_model, _torch_teardown, common
 from ._torch_data import distributed_loader_for
 from ._torch_model import DistributedDataParallel, make_distributed_optimizer, wrap_model
 from .atomic import atomic_write
@@ -59,6 +59,7 @@ def _reset_for_tests() -> None:
     _state = _State()
     _torch_faults._reset_for_tests()
     _torch_model._reset_for_tests()
+    _torch_draws._reset_for_tests()
 
 
 # --- lifecycle ------------------------------------------------------------------------------------

@@ -159,7 +159,20 @@ DATASET = '''\
 def test_a_dataset_drawing_samples_from_a_generator_seeded_once_is_noted_with_the_fix():
     result = convert_text(DATASET.format(seed="np.random.seed(100)", sample='np.random.random([4]).astype("float32")'))
     [note] = findings_of(result, "paddle-random-samples", "note")
-    assert "every rank draws the same sequence" in note.message
+    # issue 31: at the sharded loader's first pass the runtime parts the ranks' streams, so each rank draws samples of its own
+    assert "from there each rank draws its own samples" in note.message and "rank 0 draws the original's" in note.message
+    assert "RandomState(idx)" in note.fix
+
+
+def test_a_dataset_fit_reads_keeps_the_streams_alike_and_the_note_says_so():
+    """``fit`` given the Dataset itself shards it inside hapi, not through a runtime loader: no stream parts there, so
+    every rank draws the same samples, and the note says so with both fixes (issue 31's first version said otherwise)."""
+    source = DATASET.format(seed="np.random.seed(100)", sample='np.random.random([4]).astype("float32")')
+    source = source[:source.index("    for x, y in")] + (
+        "    model = paddle.Model(net)\n    model.prepare(opt, paddle.nn.MSELoss())\n"
+        "    model.fit(Noise(), batch_size=16, epochs=1)\n")
+    [note] = findings_of(convert_text(source), "paddle-random-samples", "note")
+    assert "every rank draws the same sequence" in note.message, note.message
     assert "RandomState(idx)" in note.fix and "dp.rank()" in note.fix
 
 
@@ -169,10 +182,11 @@ def test_samples_drawn_unseeded_from_paddles_generator_are_noted_as_each_ranks_o
     assert "each rank draws its own samples" in note.message and "RandomState(idx)" in note.fix
 
 
-def test_samples_drawn_unseeded_from_numpy_are_the_same_on_every_rank_once_init_shares_its_state():
+def test_samples_drawn_unseeded_from_numpy_are_each_ranks_own_once_training_begins():
     result = convert_text(DATASET.format(seed="", sample='np.random.random([4]).astype("float32")'))
     [note] = findings_of(result, "paddle-random-samples", "note")
-    assert "a generator that dp.init() gives every rank in rank 0's state: every rank draws the same" in note.message
+    assert "a generator that dp.init() gives every rank in rank 0's state: the ranks' disjoint indices" in note.message
+    assert "from there each rank draws its own samples" in note.message
 
 
 def test_samples_derived_from_their_index_get_no_note():
@@ -491,6 +505,7 @@ def test_batches_cut_by_hand_from_data_shuffled_apart_are_shuffled_alike_and_not
     for result in (unseeded, convert_text(source.format(seed="np.random.seed(0)"))):
         [note] = findings_of(result, "paddle-manual-batching", "note")
         assert "no speed-up" in note.message and "dp.shard(x)" in note.fix
+    # seeded: no sharded loader parts the ranks' streams (issue 31), so the seeded shuffle is alike already
     assert b"set_state" not in convert_text(source.format(seed="np.random.seed(0)")).output
 
 

@@ -1,10 +1,12 @@
 """``dpmigrate verify`` sees ranks that draw the same random numbers during training (issue 32, blind spot 1).
 
 A script that seeds its generator once and draws noise every step (a GAN's latents, noise on the inputs) gives every
-rank the same noise once converted, unless the ranks are seeded apart when training starts: the step then averages N
-copies of one rank's draws. The harness keeps, per step, a digest of each global generator's state after the step;
-equal on every rank, for a generator that advanced, means the same draws. These scripts are ours; each broken form
-is what the conversion does today, and its fixed form seeds ranks other than 0 apart before the loop.
+rank the same noise when the ranks' generators are alike during training: the step then averages N copies of one
+rank's draws. The harness keeps, per step, a digest of each global generator's state after the step; equal on every
+rank, for a generator that advanced, means the same draws. These scripts are ours. The runtime parts the ranks'
+streams at a sharded training loader's first pass (issue 31; before 2026-12-07 it left them alike, as ``dp.init()``
+shared them), so the broken form realigns them itself at every step, as a script that reseeds alike inside its loop
+would; the plain conversion and a script that seeds ranks other than 0 apart both draw their own.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ TORCH_NOISE = '''
     {reseed}
     for epoch in range(2):
         for xb, yb in {loader}:
+            {align}
             noisy = xb + 0.1 * torch.randn_like(xb)
             opt.zero_grad()
             torch.nn.functional.mse_loss(model(noisy), yb).backward()
@@ -58,18 +61,21 @@ NUMPY_NOISE = '''
     {reseed}
     for epoch in range(2):
         for xb, yb in {loader}:
+            {align}
             opt.zero_grad()
             torch.nn.functional.binary_cross_entropy_with_logits(model(xb), smoothed(yb)).backward()
             opt.step()
 '''
 
-PLAIN = {"runtime": "", "model": "torch.nn.Linear(4, 1)",
+PLAIN = {"runtime": "", "align": "pass", "model": "torch.nn.Linear(4, 1)",
          "opt": "torch.optim.SGD(model.parameters(), lr=0.01)", "reseed": "",
          "loader": "DataLoader(TensorDataset(x, y), batch_size=32)"}
 CONVERTED = {"runtime": "import dpmigrate.runtime.torch as dp\ndp.init()",
              "model": "dp.distributed_model(torch.nn.Linear(4, 1))",
              "opt": "dp.distributed_optimizer(torch.optim.SGD(model.parameters(), lr=0.01))",
-             "loader": "dp.distributed_loader(DataLoader(TensorDataset(x, y), batch_size=16))"}
+             "loader": "dp.distributed_loader(DataLoader(TensorDataset(x, y), batch_size=16))", "align": "pass"}
+ALIGN = {"torch": "torch.set_rng_state(dp.broadcast(torch.get_rng_state()))",  # rank 0's state, every step
+         "numpy": "np.random.set_state(dp.broadcast(np.random.get_state()))"}
 
 
 def _write(tmp_path, name, template, **parts):
@@ -99,7 +105,7 @@ def _causes(data):
 @pytest.mark.parametrize("template, generator", [(TORCH_NOISE, "torch"), (NUMPY_NOISE, "numpy")])
 def test_ranks_seeded_alike_draw_the_same_noise_and_are_caught(tmp_path, monkeypatch, template, generator):
     script = _write(tmp_path, "train.py", template, **PLAIN)
-    alike = _write(tmp_path, "alike.py", template, **CONVERTED, reseed="")
+    alike = _write(tmp_path, "alike.py", template, **{**CONVERTED, "align": ALIGN[generator]}, reseed="")
     data = _verify(tmp_path, monkeypatch, script, alike)
     assert data["verdict"] == "diverges", data["headline"]
     causes = _causes(data)
@@ -109,10 +115,13 @@ def test_ranks_seeded_alike_draw_the_same_noise_and_are_caught(tmp_path, monkeyp
 
 @pytest.mark.slow
 @pytest.mark.parametrize("template, seed", [(TORCH_NOISE, "torch.manual_seed(1000 + dp.rank())"),
-                                            (NUMPY_NOISE, "np.random.seed(1000 + dp.rank())")])
+                                            (NUMPY_NOISE, "np.random.seed(1000 + dp.rank())"),
+                                            (TORCH_NOISE, ""), (NUMPY_NOISE, "")],
+                         ids=["torch-by-the-script", "numpy-by-the-script", "torch-by-the-runtime", "numpy-by-the-runtime"])
 def test_ranks_seeded_apart_for_training_draw_their_own(tmp_path, monkeypatch, template, seed):
     script = _write(tmp_path, "train.py", template, **PLAIN)
-    apart = _write(tmp_path, "apart.py", template, **CONVERTED, reseed=f"if dp.rank() > 0:\n    {seed}")
+    reseed = f"if dp.rank() > 0:\n    {seed}" if seed else ""  # "": the conversion as dpmigrate writes it
+    apart = _write(tmp_path, "apart.py", template, **CONVERTED, reseed=reseed)
     data = _verify(tmp_path, monkeypatch, script, apart)
     # one process draws noise for 32 samples, each rank for its 16: the weights cannot match, and verify says why
     assert "same-random-draws" not in _causes(data), data["headline"]

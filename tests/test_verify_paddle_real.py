@@ -5,7 +5,8 @@
 then a plain Layer trained in a helper, then a rebuilt model; a conditional ``enable_static``; a best-so-far
 save), ``two_models_one_layer`` (both fits: 2 steps each, the first wrapper collected in between),
 ``static_loader_feed``, and the two whose point is the verdict their findings predict, run by verify only:
-``random_samples_seeded`` (``not-sharded``), ``hapi_summed_loss_early_stop`` (``scaled-update``) and
+``random_samples_seeded`` (``inputs-differ``: each rank draws its own samples), ``hapi_summed_loss_early_stop``
+(``scaled-update``) and
 ``manual_batches_shuffled`` (``not-sharded``: its shuffle made alike, the weights match). Here:
 
 - the converted scripts launched to the end, past where verify stops: the export after ``paddle.jit.to_static``

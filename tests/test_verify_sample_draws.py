@@ -6,7 +6,8 @@ audit's correct conversion of a script with ``RandomHorizontalFlip`` and ``Rando
 A script of our own through ``paddle.vision.transforms`` on PIL images (read in Paddle's reading thread, and in
 worker processes): equivalent with the split proven, the harness saying what it did. Draws the script's own
 ``__getitem__`` makes are not keyed: ``fixtures/paddle/random_samples_seeded`` (a Dataset ignoring its index,
-seeded alike on every rank) must still be found not sharded, as its ``execute.json`` says.
+seeded alike, its streams parted at the sharded loader's first pass) must still be found to read samples of its
+own (inputs-differ), as its ``execute.json`` says.
 """
 
 from __future__ import annotations
